@@ -1,0 +1,47 @@
+"""muzero-jax: MuZero in JAX and Haiku, with on-device acting, replay and learning.
+
+The public API is re-exported here; implementation lives in the submodules.
+"""
+
+from muzero_jax.gradients import scale_gradient
+from muzero_jax.loss import LossBatch, LossMetrics, unrolled_loss
+from muzero_jax.networks import (
+    MLPConfig,
+    NetworkOutput,
+    Networks,
+    ResNetConfig,
+    make_networks,
+    min_max_normalize,
+)
+from muzero_jax.search import (
+    BUILTIN_SEARCHES,
+    SearchFn,
+    make_recurrent_fn,
+    make_root_fn,
+    resolve_search,
+)
+from muzero_jax.value_transforms import DiscreteSupport, h_inverse, h_transform, make_support
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BUILTIN_SEARCHES",
+    "DiscreteSupport",
+    "LossBatch",
+    "LossMetrics",
+    "MLPConfig",
+    "NetworkOutput",
+    "Networks",
+    "ResNetConfig",
+    "SearchFn",
+    "h_inverse",
+    "h_transform",
+    "make_networks",
+    "make_recurrent_fn",
+    "make_root_fn",
+    "make_support",
+    "min_max_normalize",
+    "resolve_search",
+    "scale_gradient",
+    "unrolled_loss",
+]

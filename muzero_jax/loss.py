@@ -1,0 +1,193 @@
+"""MuZero's unrolled loss (Schrittwieser et al., 2020, Eq. 1 and Appendix G).
+
+The model is unrolled K steps from a sampled position: initial inference on the
+first observation, then K recurrent steps on the actions actually taken. Each
+step predicts value, reward and policy against targets built outside autodiff.
+As in the pseudocode's `update_weights`:
+
+* the hidden state leaving every recurrent step passes through
+  `scale_gradient(h, 0.5)`, halving the gradient that flows back into the
+  dynamics from later steps;
+* the loss of each recurrent step passes through `scale_gradient(l, 1 / K)`.
+
+The loss is averaged over the batch (the pseudocode sums; the gradient here is
+the pseudocode's divided by the batch size). L2 regularisation is not part of
+this function: `learning.make_optimizer` adds it as `optax.add_decayed_weights`
+before the optimiser, which for SGD is exactly the pseudocode's
+`weight_decay * tf.nn.l2_loss(w)` term.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from muzero_jax.gradients import scale_gradient
+from muzero_jax.networks import Networks, Params
+from muzero_jax.value_transforms import DiscreteSupport
+
+__all__ = ["LossBatch", "LossMetrics", "unrolled_loss"]
+
+
+class LossBatch(NamedTuple):
+    """Inputs of the unrolled loss for a batch of B positions unrolled K steps.
+
+    Attributes:
+      observation: `[B, *obs]` observation at each sampled position.
+      actions: `[B, K]` int32 actions taken at steps 0..K-1.
+      target_value: `[B, K+1]` scalar value targets (n-step returns).
+      target_reward: `[B, K+1]` scalar reward targets; index 0 is unused (the
+        initial inference predicts no reward).
+      target_policy: `[B, K+1, A]` policy targets (search visit distributions).
+      value_mask: `[B, K+1]` 1 where the value loss counts.
+      reward_mask: `[B, K+1]` 1 where the reward loss counts (index 0 ignored).
+      policy_mask: `[B, K+1]` 1 where the policy loss counts (0 past the end of
+        an episode: absorbing states have no policy).
+      importance_weight: `[B]` per-example weights (prioritised replay).
+    """
+
+    observation: chex.Array
+    actions: chex.Array
+    target_value: chex.Array
+    target_reward: chex.Array
+    target_policy: chex.Array
+    value_mask: chex.Array
+    reward_mask: chex.Array
+    policy_mask: chex.Array
+    importance_weight: chex.Array
+
+
+class LossMetrics(NamedTuple):
+    """Diagnostics of one loss evaluation (batch means unless said).
+
+    Attributes:
+      loss: the total loss (forward value; equals the returned scalar).
+      value_loss: value cross-entropy summed over the K+1 steps (unweighted).
+      reward_loss: reward cross-entropy summed over the K recurrent steps.
+      policy_loss: policy cross-entropy summed over the K+1 steps.
+      value_error: `[K+1]` mean |predicted value - target| at each step.
+      reward_error: `[K+1]` mean |predicted reward - target| (0 at step 0).
+      policy_entropy: mean entropy of the predicted policy at step 0.
+      predicted_value: `[B]` scalar value predicted at step 0 (for priorities).
+    """
+
+    loss: chex.Array
+    value_loss: chex.Array
+    reward_loss: chex.Array
+    policy_loss: chex.Array
+    value_error: chex.Array
+    reward_error: chex.Array
+    policy_entropy: chex.Array
+    predicted_value: chex.Array
+
+
+def _masked_ce(logits: chex.Array, target_probs: chex.Array) -> chex.Array:
+    return optax.softmax_cross_entropy(logits, target_probs)
+
+
+def unrolled_loss(
+    params: Params,
+    batch: LossBatch,
+    *,
+    networks: Networks,
+    value_support: DiscreteSupport,
+    reward_support: DiscreteSupport,
+    value_loss_weight: float = 0.25,
+) -> tuple[chex.Array, LossMetrics]:
+    """MuZero's loss over K unroll steps, with the paper's gradient scaling.
+
+    Per step k, `l_k = value_loss_weight * CE(value) + CE(reward) + CE(policy)`
+    (no reward term at k = 0), each term masked by its mask; the total is
+    `sum_k scale_gradient(l_k, 1 / K if k > 0 else 1)`, weighted per example by
+    `importance_weight` and averaged over the batch. All targets are wrapped in
+    `stop_gradient`.
+
+    Args:
+      params: network parameters.
+      batch: a `LossBatch` (K >= 1 is read from `batch.actions.shape[1]`).
+      networks: the `Networks` bundle.
+      value_support: categorical support of the value head.
+      reward_support: categorical support of the reward head.
+      value_loss_weight: weight of the value term (the paper uses 0.25 with
+        reanalyse, 1.0 otherwise).
+
+    Returns:
+      `(loss, metrics)`: the scalar loss and a `LossMetrics`.
+    """
+    chex.assert_rank(batch.actions, 2)
+    batch_size, num_steps = batch.actions.shape
+    if num_steps < 1:
+        raise ValueError(f"the unroll length K must be >= 1, got actions of shape "
+                         f"{batch.actions.shape}")
+    num_actions = networks.num_actions
+    chex.assert_shape(batch.target_value, (batch_size, num_steps + 1))
+    chex.assert_shape(batch.target_reward, (batch_size, num_steps + 1))
+    chex.assert_shape(batch.target_policy, (batch_size, num_steps + 1, num_actions))
+    chex.assert_shape(
+        [batch.value_mask, batch.reward_mask, batch.policy_mask], (batch_size, num_steps + 1)
+    )
+    chex.assert_shape(batch.importance_weight, (batch_size,))
+
+    targets = jax.lax.stop_gradient(
+        (batch.target_value, batch.target_reward, batch.target_policy)
+    )
+    target_value, target_reward, target_policy = targets
+    value_probs = value_support.scalar_to_probs(target_value)  # [B, K+1, bins]
+    reward_probs = reward_support.scalar_to_probs(target_reward)
+    masks = jax.lax.stop_gradient(
+        (batch.value_mask, batch.reward_mask, batch.policy_mask, batch.importance_weight)
+    )
+    value_mask, reward_mask, policy_mask, weight = (m.astype(jnp.float32) for m in masks)
+
+    def step_terms(out, k):
+        """Per-example value, reward and policy losses at step k: each `[B]`."""
+        v = _masked_ce(out.value_logits, value_probs[:, k]) * value_mask[:, k]
+        p = _masked_ce(out.policy_logits, target_policy[:, k]) * policy_mask[:, k]
+        r = _masked_ce(out.reward_logits, reward_probs[:, k]) * reward_mask[:, k]
+        return v, r, p
+
+    def errors(out, k):
+        value = value_support.logits_to_scalar(out.value_logits)
+        reward = reward_support.logits_to_scalar(out.reward_logits)
+        v_err = jnp.abs(value - target_value[:, k]) * value_mask[:, k]
+        r_err = jnp.abs(reward - target_reward[:, k]) * reward_mask[:, k]
+        return v_err, r_err, value
+
+    # Step 0: initial inference, no reward loss, gradient scale 1.
+    out0 = networks.initial_inference(params, batch.observation)
+    v0, _, p0 = step_terms(out0, 0)
+    loss0 = value_loss_weight * v0 + p0
+    v_err0, _, value0 = errors(out0, 0)
+
+    def body(hidden, k):
+        action = jax.lax.dynamic_index_in_dim(batch.actions, k - 1, axis=1, keepdims=False)
+        out = networks.recurrent_inference(params, hidden, action)
+        v, r, p = step_terms(out, k)
+        l_k = scale_gradient(value_loss_weight * v + r + p, 1.0 / num_steps)
+        v_err, r_err, _ = errors(out, k)
+        hidden = scale_gradient(out.hidden, 0.5)
+        return hidden, (l_k, v, r, p, v_err, r_err)
+
+    _, (l_steps, v_steps, r_steps, p_steps, v_errs, r_errs) = jax.lax.scan(
+        body, out0.hidden, jnp.arange(1, num_steps + 1)
+    )
+    per_example = loss0 + jnp.sum(l_steps, axis=0)  # [B]
+    loss = jnp.mean(per_example * weight)
+
+    log_probs = jax.nn.log_softmax(out0.policy_logits)
+    entropy = -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+    metrics = LossMetrics(
+        loss=loss,
+        value_loss=jnp.mean(v0 + jnp.sum(v_steps, axis=0)),
+        reward_loss=jnp.mean(jnp.sum(r_steps, axis=0)),
+        policy_loss=jnp.mean(p0 + jnp.sum(p_steps, axis=0)),
+        value_error=jnp.concatenate([jnp.mean(v_err0)[None], jnp.mean(v_errs, axis=1)]),
+        reward_error=jnp.concatenate([jnp.zeros((1,)), jnp.mean(r_errs, axis=1)]),
+        policy_entropy=jnp.mean(entropy),
+        predicted_value=jax.lax.stop_gradient(value0),
+    )
+    return loss, metrics

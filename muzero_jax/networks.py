@@ -1,0 +1,363 @@
+"""MuZero's three functions as Haiku modules sharing one parameter set.
+
+The representation h maps an observation to a hidden state, the dynamics g maps
+(hidden state, action) to (next hidden state, reward), and the prediction f maps
+a hidden state to (policy, value) (Schrittwieser et al., 2020, Section 3).
+`make_networks` builds them with `hk.multi_transform`, so that each is a pure
+function of one shared `params` pytree, and exposes the paper's
+`initial_inference` and `recurrent_inference`.
+
+Two families are provided: an MLP for vector observations and the paper's
+residual network for image observations (Appendix F). Hidden states are scaled
+to [0, 1] per example with min-max normalisation (Appendix G). Normalisation
+layers are LayerNorm rather than the paper's BatchNorm, so that the functions
+stay stateless (no batch statistics to carry through search and acting).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import chex
+import haiku as hk
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "MLPConfig",
+    "ResNetConfig",
+    "NetworkOutput",
+    "Networks",
+    "make_networks",
+    "min_max_normalize",
+]
+
+Params = hk.Params
+
+
+def min_max_normalize(hidden: chex.Array, eps: float = 1e-5) -> chex.Array:
+    """Scales each example's hidden state to [0, 1] (Appendix G).
+
+    Args:
+      hidden: `[B, ...]` hidden states.
+      eps: guards against a constant hidden state.
+
+    Returns:
+      `[B, ...]` with `(h - min) / (max - min)`, min and max over all but the
+      batch axis.
+    """
+    axes = tuple(range(1, hidden.ndim))
+    low = jnp.min(hidden, axis=axes, keepdims=True)
+    high = jnp.max(hidden, axis=axes, keepdims=True)
+    return (hidden - low) / jnp.maximum(high - low, eps)
+
+
+@dataclasses.dataclass(frozen=True)
+class MLPConfig:
+    """Fully connected networks for vector observations.
+
+    Attributes:
+      hidden_sizes: widths of the hidden layers of each torso.
+      latent_size: size of the hidden state.
+      head_hidden_sizes: widths of the hidden layers of the reward, value and
+        policy heads.
+      activation: name of a `jax.nn` activation (e.g. "relu", "elu").
+      layer_norm: apply LayerNorm after each hidden layer.
+    """
+
+    hidden_sizes: tuple[int, ...] = (64,)
+    latent_size: int = 64
+    head_hidden_sizes: tuple[int, ...] = (64,)
+    activation: str = "relu"
+    layer_norm: bool = True
+
+    def __post_init__(self):
+        _check_sizes("hidden_sizes", self.hidden_sizes)
+        _check_sizes("head_hidden_sizes", self.head_hidden_sizes, allow_empty=True)
+        _check_positive("latent_size", self.latent_size)
+        _check_activation(self.activation)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResNetConfig:
+    """The paper's residual network for image observations (Appendix F).
+
+    Defaults are the paper's Atari network: 256 planes, 16 residual blocks in
+    each of the representation and dynamics towers, and a convolutional
+    downsampling stem that reduces 96x96 frames 16-fold. Small boards (Catch,
+    board games) use `downsample=False` and fewer, narrower blocks.
+
+    Attributes:
+      channels: planes of the residual towers.
+      num_blocks: residual blocks in each of the representation and dynamics.
+      num_prediction_blocks: residual blocks in the prediction function.
+      downsample: use the paper's strided stem (conv s2, 2 blocks, conv s2,
+        3 blocks, avg-pool s2, 3 blocks, avg-pool s2).
+      head_channels: planes of the 1x1 convolution before each head.
+      head_hidden_sizes: hidden layers of the fully connected heads.
+    """
+
+    channels: int = 256
+    num_blocks: int = 16
+    num_prediction_blocks: int = 0
+    downsample: bool = True
+    head_channels: int = 16
+    head_hidden_sizes: tuple[int, ...] = (256,)
+
+    def __post_init__(self):
+        _check_positive("channels", self.channels)
+        _check_positive("num_blocks", self.num_blocks, allow_zero=True)
+        _check_positive("num_prediction_blocks", self.num_prediction_blocks, allow_zero=True)
+        _check_positive("head_channels", self.head_channels)
+        _check_sizes("head_hidden_sizes", self.head_hidden_sizes, allow_empty=True)
+
+
+def _check_positive(name: str, value: int, allow_zero: bool = False) -> None:
+    low = 0 if allow_zero else 1
+    if not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _check_sizes(name: str, sizes: Sequence[int], allow_empty: bool = False) -> None:
+    if not allow_empty and len(sizes) == 0:
+        raise ValueError(f"{name} must name at least one layer width")
+    for s in sizes:
+        _check_positive(name, s)
+
+
+def _check_activation(name: str) -> None:
+    if not callable(getattr(jax.nn, name, None)):
+        raise ValueError(f"activation {name!r} is not a function in jax.nn")
+
+
+class NetworkOutput(NamedTuple):
+    """The output of `initial_inference` / `recurrent_inference`.
+
+    Attributes:
+      hidden: `[B, ...]` hidden state (min-max normalised).
+      reward_logits: `[B, reward_bins]` (zeros for `initial_inference`).
+      policy_logits: `[B, num_actions]`.
+      value_logits: `[B, value_bins]`.
+    """
+
+    hidden: chex.Array
+    reward_logits: chex.Array
+    policy_logits: chex.Array
+    value_logits: chex.Array
+
+
+class Networks(NamedTuple):
+    """MuZero's functions, pure in one shared `params` pytree.
+
+    Attributes:
+      init: `init(rng_key, observation[B, *obs]) -> params`.
+      representation: `(params, observation[B, *obs]) -> hidden[B, ...]`.
+      dynamics: `(params, hidden, action[B]) -> (next_hidden, reward_logits)`.
+      prediction: `(params, hidden) -> (policy_logits, value_logits)`.
+      initial_inference: `(params, observation) -> NetworkOutput`.
+      recurrent_inference: `(params, hidden, action) -> NetworkOutput`.
+      num_actions: size of the action space.
+      value_bins: categorical bins of the value head.
+      reward_bins: categorical bins of the reward head.
+    """
+
+    init: Callable[..., Params]
+    representation: Callable[..., chex.Array]
+    dynamics: Callable[..., tuple[chex.Array, chex.Array]]
+    prediction: Callable[..., tuple[chex.Array, chex.Array]]
+    initial_inference: Callable[..., NetworkOutput]
+    recurrent_inference: Callable[..., NetworkOutput]
+    num_actions: int
+    value_bins: int
+    reward_bins: int
+
+
+def _mlp(sizes: Sequence[int], activation, layer_norm: bool, name: str) -> Callable:
+    def apply(x):
+        for i, size in enumerate(sizes):
+            x = hk.Linear(size, name=f"{name}_linear_{i}")(x)
+            if layer_norm:
+                x = hk.LayerNorm(-1, True, True, name=f"{name}_norm_{i}")(x)
+            x = activation(x)
+        return x
+
+    return apply
+
+
+def _head(sizes: Sequence[int], out: int, activation, layer_norm: bool, name: str):
+    """Hidden layers, then a zero-initialised output layer (uniform at start)."""
+
+    def apply(x):
+        x = _mlp(sizes, activation, layer_norm, name)(x)
+        return hk.Linear(out, w_init=jnp.zeros, name=f"{name}_out")(x)
+
+    return apply
+
+
+class _ResBlock(hk.Module):
+    def __init__(self, channels: int, name: str | None = None):
+        super().__init__(name=name)
+        self._channels = channels
+
+    def __call__(self, x):
+        y = hk.LayerNorm((-3, -2, -1), True, True)(x)
+        y = jax.nn.relu(y)
+        y = hk.Conv2D(self._channels, 3)(y)
+        y = hk.LayerNorm((-3, -2, -1), True, True)(y)
+        y = jax.nn.relu(y)
+        y = hk.Conv2D(self._channels, 3)(y)
+        return x + y
+
+
+def _tower(x, channels: int, num_blocks: int, name: str):
+    for i in range(num_blocks):
+        x = _ResBlock(channels, name=f"{name}_block_{i}")(x)
+    return x
+
+
+def _image_input(observation: chex.Array) -> chex.Array:
+    """`[B, H, W]` or `[B, H, W, C]` -> `[B, H, W, C]`."""
+    if observation.ndim == 3:
+        return observation[..., None]
+    if observation.ndim != 4:
+        raise ValueError(
+            f"the ResNet expects observations [B, H, W] or [B, H, W, C], got {observation.shape}"
+        )
+    return observation
+
+
+def _build_mlp(cfg: MLPConfig, num_actions: int, value_bins: int, reward_bins: int):
+    act = getattr(jax.nn, cfg.activation)
+
+    def representation(obs):
+        x = obs.reshape(obs.shape[0], -1)
+        x = _mlp(cfg.hidden_sizes, act, cfg.layer_norm, "representation")(x)
+        x = hk.Linear(cfg.latent_size, name="representation_out")(x)
+        return min_max_normalize(x)
+
+    def dynamics(hidden, action):
+        x = jnp.concatenate([hidden, jax.nn.one_hot(action, num_actions)], axis=-1)
+        x = _mlp(cfg.hidden_sizes, act, cfg.layer_norm, "dynamics")(x)
+        nxt = min_max_normalize(hk.Linear(cfg.latent_size, name="dynamics_out")(x))
+        reward = _head(cfg.head_hidden_sizes, reward_bins, act, cfg.layer_norm, "reward")(x)
+        return nxt, reward
+
+    def prediction(hidden):
+        policy = _head(cfg.head_hidden_sizes, num_actions, act, cfg.layer_norm, "policy")(hidden)
+        value = _head(cfg.head_hidden_sizes, value_bins, act, cfg.layer_norm, "value")(hidden)
+        return policy, value
+
+    return representation, dynamics, prediction
+
+
+def _build_resnet(cfg: ResNetConfig, num_actions: int, value_bins: int, reward_bins: int):
+    c = cfg.channels
+
+    def representation(obs):
+        x = _image_input(obs)
+        if cfg.downsample:
+            x = hk.Conv2D(c // 2, 3, stride=2, name="stem_conv_0")(x)
+            x = _tower(x, c // 2, 2, "stem_a")
+            x = hk.Conv2D(c, 3, stride=2, name="stem_conv_1")(x)
+            x = _tower(x, c, 3, "stem_b")
+            x = hk.avg_pool(x, 3, 2, "SAME")
+            x = _tower(x, c, 3, "stem_c")
+            x = hk.avg_pool(x, 3, 2, "SAME")
+        else:
+            x = hk.Conv2D(c, 3, name="stem_conv")(x)
+        x = _tower(x, c, cfg.num_blocks, "representation")
+        return min_max_normalize(x)
+
+    def dynamics(hidden, action):
+        # The action as one constant plane per action (one-hot over planes).
+        planes = jnp.broadcast_to(
+            jax.nn.one_hot(action, num_actions)[:, None, None, :],
+            hidden.shape[:3] + (num_actions,),
+        )
+        x = jnp.concatenate([hidden, planes.astype(hidden.dtype)], axis=-1)
+        x = hk.Conv2D(c, 3, name="dynamics_conv")(x)
+        x = _tower(x, c, cfg.num_blocks, "dynamics")
+        nxt = min_max_normalize(x)
+        r = hk.Conv2D(cfg.head_channels, 1, name="reward_conv")(x)
+        r = jax.nn.relu(r).reshape(r.shape[0], -1)
+        reward = _head(cfg.head_hidden_sizes, reward_bins, jax.nn.relu, False, "reward")(r)
+        return nxt, reward
+
+    def prediction(hidden):
+        x = _tower(hidden, c, cfg.num_prediction_blocks, "prediction")
+        p = jax.nn.relu(hk.Conv2D(cfg.head_channels, 1, name="policy_conv")(x))
+        v = jax.nn.relu(hk.Conv2D(cfg.head_channels, 1, name="value_conv")(x))
+        p = p.reshape(p.shape[0], -1)
+        v = v.reshape(v.shape[0], -1)
+        policy = _head(cfg.head_hidden_sizes, num_actions, jax.nn.relu, False, "policy")(p)
+        value = _head(cfg.head_hidden_sizes, value_bins, jax.nn.relu, False, "value")(v)
+        return policy, value
+
+    return representation, dynamics, prediction
+
+
+def make_networks(
+    config: MLPConfig | ResNetConfig,
+    *,
+    num_actions: int,
+    value_bins: int,
+    reward_bins: int,
+) -> Networks:
+    """Builds MuZero's networks as pure functions of one parameter set.
+
+    Args:
+      config: `MLPConfig` (vector observations) or `ResNetConfig` (images).
+      num_actions: size of the discrete action space.
+      value_bins: categorical bins of the value head.
+      reward_bins: categorical bins of the reward head.
+
+    Returns:
+      A `Networks` bundle; `init(rng_key, observation[B, *obs])` makes params.
+    """
+    _check_positive("num_actions", num_actions)
+    _check_positive("value_bins", value_bins)
+    _check_positive("reward_bins", reward_bins)
+    if isinstance(config, MLPConfig):
+        build = _build_mlp
+    elif isinstance(config, ResNetConfig):
+        build = _build_resnet
+    else:
+        raise TypeError(f"config must be MLPConfig or ResNetConfig, got {type(config).__name__}")
+
+    def forward():
+        representation, dynamics, prediction = build(config, num_actions, value_bins, reward_bins)
+
+        def init(obs):
+            hidden = representation(obs)
+            nxt, _ = dynamics(hidden, jnp.zeros(obs.shape[0], jnp.int32))
+            return prediction(nxt)
+
+        return init, (representation, dynamics, prediction)
+
+    transformed = hk.without_apply_rng(hk.multi_transform(forward))
+    representation_fn, dynamics_fn, prediction_fn = transformed.apply
+
+    def initial_inference(params: Params, observation: chex.Array) -> NetworkOutput:
+        hidden = representation_fn(params, observation)
+        policy_logits, value_logits = prediction_fn(params, hidden)
+        reward_logits = jnp.zeros((hidden.shape[0], reward_bins), policy_logits.dtype)
+        return NetworkOutput(hidden, reward_logits, policy_logits, value_logits)
+
+    def recurrent_inference(params: Params, hidden: chex.Array, action: chex.Array):
+        next_hidden, reward_logits = dynamics_fn(params, hidden, action)
+        policy_logits, value_logits = prediction_fn(params, next_hidden)
+        return NetworkOutput(next_hidden, reward_logits, policy_logits, value_logits)
+
+    return Networks(
+        init=transformed.init,
+        representation=representation_fn,
+        dynamics=dynamics_fn,
+        prediction=prediction_fn,
+        initial_inference=initial_inference,
+        recurrent_inference=recurrent_inference,
+        num_actions=num_actions,
+        value_bins=value_bins,
+        reward_bins=reward_bins,
+    )

@@ -1,0 +1,214 @@
+"""Fidelity of the unrolled loss to the MuZero pseudocode's `update_weights`."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from muzero_jax import (
+    LossBatch,
+    MLPConfig,
+    ResNetConfig,
+    make_networks,
+    make_support,
+    unrolled_loss,
+)
+
+NUM_ACTIONS = 3
+VALUE_SUPPORT = make_support(5)
+REWARD_SUPPORT = make_support(3)
+
+
+def _networks(kind):
+    if kind == "mlp":
+        cfg = MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,))
+        obs_shape = (6,)
+    else:
+        cfg = ResNetConfig(
+            channels=4, num_blocks=1, downsample=False, head_channels=2, head_hidden_sizes=(8,)
+        )
+        obs_shape = (4, 3, 2)
+    nets = make_networks(
+        cfg,
+        num_actions=NUM_ACTIONS,
+        value_bins=VALUE_SUPPORT.num_bins,
+        reward_bins=REWARD_SUPPORT.num_bins,
+    )
+    return nets, obs_shape
+
+
+def _random_params(nets, obs_shape, seed):
+    params = nets.init(jax.random.key(seed), jnp.zeros((1,) + obs_shape))
+    # Heads are zero-initialised; randomise every leaf so that every path
+    # through the networks carries gradient.
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(seed + 1000), len(leaves))
+    leaves = [0.5 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def _random_batch(obs_shape, batch, k, seed):
+    ks = jax.random.split(jax.random.key(seed), 8)
+    policy = jax.nn.softmax(jax.random.normal(ks[2], (batch, k + 1, NUM_ACTIONS)))
+    policy_mask = (jax.random.uniform(ks[5], (batch, k + 1)) > 0.3).astype(jnp.float32)
+    return LossBatch(
+        observation=jax.random.normal(ks[0], (batch,) + obs_shape),
+        actions=jax.random.randint(ks[1], (batch, k), 0, NUM_ACTIONS),
+        target_value=jax.random.uniform(ks[3], (batch, k + 1), minval=-3, maxval=3),
+        target_reward=jax.random.uniform(ks[4], (batch, k + 1), minval=-1, maxval=1),
+        target_policy=policy,
+        value_mask=jnp.ones((batch, k + 1)),
+        reward_mask=jnp.ones((batch, k + 1)),
+        policy_mask=policy_mask,
+        importance_weight=jnp.ones((batch,)),
+    )
+
+
+def pseudocode_loss(params, batch, nets, *, hidden_scale=0.5, late_binding=False,
+                    value_loss_weight=0.25):
+    """A literal transcription of the pseudocode's `update_weights` loss.
+
+    The pseudocode loops over the batch and sums; here the per-example body is
+    transcribed literally (Python loop over the actions, scale_gradient written
+    inline) and `jax.vmap` replaces the loop over the batch (one trace instead
+    of B, same arithmetic). Averaged over the batch, as the library does.
+    """
+
+    def sg(x, s):
+        return x * s + jax.lax.stop_gradient(x) * (1 - s)
+
+    def scalar_loss(logits, target, support):
+        probs = support.scalar_to_probs(jax.lax.stop_gradient(target))
+        return -jnp.sum(probs * jax.nn.log_softmax(logits))
+
+    def example_loss(image, actions, target_value, target_reward, target_policy, policy_mask):
+        loss = 0.0
+        out = nets.initial_inference(params, image[None])
+        hidden_state = out.hidden
+        predictions = [(1.0, out.value_logits, None, out.policy_logits)]
+        actions = [actions[i : i + 1] for i in range(actions.shape[0])]
+        for action in actions:
+            out = nets.recurrent_inference(params, hidden_state, action)
+            predictions.append((1.0 / len(actions), out.value_logits, out.reward_logits,
+                                out.policy_logits))
+            hidden_state = sg(out.hidden, hidden_scale)
+        if late_binding:  # The bug seen in ports: every step gets the last scale.
+            predictions = [(predictions[-1][0],) + p[1:] for p in predictions]
+        for k, prediction in enumerate(predictions):
+            gradient_scale, value, reward, policy_logits = prediction
+            l = value_loss_weight * scalar_loss(value[0], target_value[k], VALUE_SUPPORT)
+            if reward is not None:
+                l += scalar_loss(reward[0], target_reward[k], REWARD_SUPPORT)
+            # Absorbing states past the end of an episode have no policy target.
+            l += policy_mask[k] * -jnp.sum(target_policy[k] * jax.nn.log_softmax(policy_logits[0]))
+            loss += sg(l, gradient_scale)
+        return loss
+
+    losses = jax.vmap(example_loss)(
+        batch.observation, batch.actions, batch.target_value, batch.target_reward,
+        batch.target_policy, batch.policy_mask,
+    )
+    return jnp.sum(losses) / batch.actions.shape[0]
+
+
+def _library_loss(params, batch, nets):
+    return unrolled_loss(
+        params, batch, networks=nets, value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT
+    )[0]
+
+
+def _max_rel_diff(a, b):
+    diffs = jax.tree.map(lambda x, y: jnp.max(jnp.abs(x - y)) / (jnp.max(jnp.abs(y)) + 1e-12),
+                         a, b)
+    return float(max(jax.tree.leaves(diffs)))
+
+
+@pytest.mark.parametrize("kind", ["mlp", "resnet"])
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_gradients_match_pseudocode(kind, k):
+    nets, obs_shape = _networks(kind)
+    both = jax.jit(lambda p, b: (
+        jax.value_and_grad(_library_loss)(p, b, nets),
+        jax.value_and_grad(pseudocode_loss)(p, b, nets),
+    ))
+    for seed in range(2):
+        params = _random_params(nets, obs_shape, seed)
+        batch = _random_batch(obs_shape, 4, k, seed + 7)
+        (lib_loss, lib_grads), (ref_loss, ref_grads) = both(params, batch)
+        np.testing.assert_allclose(lib_loss, ref_loss, rtol=2e-5)
+        chex.assert_trees_all_close(lib_grads, ref_grads, rtol=2e-4, atol=2e-6)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "resnet"])
+def test_gradients_differ_without_the_half(kind):
+    # The comparison above can fail: drop the 0.5 on the hidden state, or bind
+    # the per-step scale late, and the gradients no longer match.
+    nets, obs_shape = _networks(kind)
+    params = _random_params(nets, obs_shape, 3)
+    batch = _random_batch(obs_shape, 4, 5, 11)
+    lib, ok, no_half, late, lib_value, no_half_value = jax.jit(lambda p: (
+        jax.grad(_library_loss)(p, batch, nets),
+        jax.grad(pseudocode_loss)(p, batch, nets),
+        jax.grad(lambda q: pseudocode_loss(q, batch, nets, hidden_scale=1.0))(p),
+        jax.grad(lambda q: pseudocode_loss(q, batch, nets, late_binding=True))(p),
+        _library_loss(p, batch, nets),
+        pseudocode_loss(p, batch, nets, hidden_scale=1.0),
+    ))(params)
+    assert _max_rel_diff(lib, ok) < 1e-3
+    assert _max_rel_diff(lib, no_half) > 1e-2
+    assert _max_rel_diff(lib, late) > 1e-2
+    # The forward value does not depend on the gradient scales.
+    np.testing.assert_allclose(lib_value, no_half_value, rtol=2e-5)
+
+
+class UnrolledLossTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_metrics_and_masks(self):
+        nets, obs_shape = _networks("mlp")
+        params = _random_params(nets, obs_shape, 0)
+        batch = _random_batch(obs_shape, 5, 3, 1)
+        fn = self.variant(
+            lambda p, b: unrolled_loss(
+                p, b, networks=nets, value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT
+            )
+        )
+        loss, metrics = fn(params, batch)
+        np.testing.assert_allclose(metrics.loss, loss)
+        np.testing.assert_allclose(
+            loss, 0.25 * metrics.value_loss + metrics.reward_loss + metrics.policy_loss, rtol=1e-5
+        )
+        chex.assert_shape(metrics.value_error, (4,))
+        chex.assert_shape(metrics.predicted_value, (5,))
+        # Masking every term leaves nothing to learn.
+        zeros = jnp.zeros_like(batch.value_mask)
+        masked = batch._replace(value_mask=zeros, reward_mask=zeros, policy_mask=zeros)
+        loss0, _ = fn(params, masked)
+        np.testing.assert_allclose(loss0, 0.0, atol=1e-7)
+
+    def test_importance_weights_scale_each_example(self):
+        nets, obs_shape = _networks("mlp")
+        params = _random_params(nets, obs_shape, 0)
+        batch = _random_batch(obs_shape, 3, 2, 2)
+        f = lambda b: unrolled_loss(
+            params, b, networks=nets, value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT
+        )[0]
+        per_example = jax.vmap(lambda b: f(jax.tree.map(lambda x: x[None], b)))(batch)
+        w = jnp.array([0.2, 1.0, 3.0])
+        expected = jnp.mean(w * per_example)
+        np.testing.assert_allclose(f(batch._replace(importance_weight=w)), expected, rtol=1e-5)
+
+    def test_bad_shapes_raise(self):
+        nets, obs_shape = _networks("mlp")
+        params = _random_params(nets, obs_shape, 0)
+        batch = _random_batch(obs_shape, 2, 2, 0)
+        with self.assertRaises(AssertionError):
+            unrolled_loss(
+                params, batch._replace(target_value=batch.target_value[:, :2]),
+                networks=nets, value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
+            )
+        with self.assertRaisesRegex(ValueError, "K must be >= 1"):
+            unrolled_loss(
+                params, batch._replace(actions=batch.actions[:, :0]),
+                networks=nets, value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
+            )

@@ -1,0 +1,78 @@
+"""Tests of the Haiku networks: shapes, shared params, min-max normalisation."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from muzero_jax import MLPConfig, ResNetConfig, make_networks, min_max_normalize
+
+
+def test_min_max_normalize_hand_values():
+    h = jnp.array([[1.0, 3.0, 2.0], [-1.0, -1.0, -1.0]])
+    out = min_max_normalize(h)
+    np.testing.assert_allclose(out[0], [0.0, 1.0, 0.5])
+    np.testing.assert_allclose(out[1], [0.0, 0.0, 0.0])  # constant state: no NaN
+
+
+@pytest.mark.parametrize(
+    "cfg,obs_shape,hidden_shape",
+    [
+        (MLPConfig(hidden_sizes=(32,), latent_size=16), (10, 5), (16,)),
+        (ResNetConfig(channels=8, num_blocks=1, downsample=False), (10, 5), (10, 5, 8)),
+        (ResNetConfig(channels=8, num_blocks=1, downsample=True), (96, 96, 3), (6, 6, 8)),
+    ],
+)
+def test_shapes_and_normalisation(cfg, obs_shape, hidden_shape):
+    nets = make_networks(cfg, num_actions=4, value_bins=11, reward_bins=7)
+    obs = jax.random.normal(jax.random.key(0), (2,) + obs_shape)
+    params = nets.init(jax.random.key(1), obs)
+    out = jax.jit(nets.initial_inference)(params, obs)
+    chex.assert_shape(out.hidden, (2,) + hidden_shape)
+    chex.assert_shape(out.policy_logits, (2, 4))
+    chex.assert_shape(out.value_logits, (2, 11))
+    chex.assert_shape(out.reward_logits, (2, 7))
+    np.testing.assert_array_equal(out.reward_logits, 0.0)
+    nxt = jax.jit(nets.recurrent_inference)(params, out.hidden, jnp.array([0, 3]))
+    chex.assert_shape(nxt.hidden, (2,) + hidden_shape)
+    chex.assert_shape(nxt.reward_logits, (2, 7))
+    for h in (out.hidden, nxt.hidden):
+        flat = h.reshape(2, -1)
+        np.testing.assert_allclose(flat.min(-1), 0.0, atol=1e-6)
+        np.testing.assert_allclose(flat.max(-1), 1.0, atol=1e-5)
+
+
+def test_one_parameter_set_and_action_matters():
+    nets = make_networks(MLPConfig(), num_actions=3, value_bins=5, reward_bins=5)
+    obs = jnp.ones((1, 4))
+    params = nets.init(jax.random.key(0), obs)
+    names = set(params)
+    assert any(n.startswith("representation") for n in names)
+    assert any(n.startswith("dynamics") for n in names)
+    assert any(n.startswith("value") for n in names)
+    h = nets.representation(params, obs)
+    a0, _ = nets.dynamics(params, h, jnp.array([0]))
+    a1, _ = nets.dynamics(params, h, jnp.array([1]))
+    assert float(jnp.abs(a0 - a1).max()) > 0
+
+
+def test_heads_start_uniform():
+    nets = make_networks(MLPConfig(), num_actions=3, value_bins=5, reward_bins=5)
+    params = nets.init(jax.random.key(0), jnp.ones((1, 4)))
+    out = nets.initial_inference(params, jnp.ones((1, 4)))
+    np.testing.assert_array_equal(out.policy_logits, 0.0)
+    np.testing.assert_array_equal(out.value_logits, 0.0)
+
+
+def test_bad_configs():
+    with pytest.raises(ValueError, match="latent_size"):
+        MLPConfig(latent_size=0)
+    with pytest.raises(ValueError, match="activation"):
+        MLPConfig(activation="nope")
+    with pytest.raises(ValueError, match="channels"):
+        ResNetConfig(channels=0)
+    with pytest.raises(ValueError, match="num_actions"):
+        make_networks(MLPConfig(), num_actions=0, value_bins=5, reward_bins=5)
+    with pytest.raises(TypeError, match="MLPConfig or ResNetConfig"):
+        make_networks({"kind": "mlp"}, num_actions=2, value_bins=5, reward_bins=5)
