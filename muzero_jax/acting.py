@@ -1,0 +1,194 @@
+"""Self-play: batched search over a batch of environments, inside `lax.scan`.
+
+One acting step builds the search root from the current observations with
+`initial_inference`, runs the search (any `SearchFn`), picks actions from the
+search policy with a temperature (0 is greedy), steps every environment, and
+emits one `Trajectory` row per environment. `make_rollout` scans it over T steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import mctx
+
+from muzero_jax.envs.base import Environment, TimeStep
+from muzero_jax.replay import Trajectory
+from muzero_jax.search import RootFn
+
+__all__ = [
+    "ActorState",
+    "EpisodeStats",
+    "init_actor",
+    "make_act_step",
+    "make_rollout",
+    "select_actions",
+    "temperature_at",
+]
+
+
+class ActorState(NamedTuple):
+    """A batch of B environments mid-episode.
+
+    Attributes:
+      env_state: the environments' state (leaves `[B, ...]`).
+      timestep: the current `TimeStep` (leaves `[B, ...]`).
+      episode_return: `[B]` return so far in each episode (player 0's view
+        for single-player tasks).
+      episode_length: `[B]` steps so far in each episode.
+    """
+
+    env_state: Any
+    timestep: TimeStep
+    episode_return: chex.Array
+    episode_length: chex.Array
+
+
+class EpisodeStats(NamedTuple):
+    """Episodes that ended during a rollout (sums, to average on the host).
+
+    Attributes:
+      return_sum: sum of the returns of finished episodes.
+      length_sum: sum of their lengths.
+      count: how many finished.
+    """
+
+    return_sum: chex.Array
+    length_sum: chex.Array
+    count: chex.Array
+
+
+def init_actor(env: Environment, rng_key: chex.PRNGKey, num_envs: int) -> ActorState:
+    """Resets `num_envs` environments (the key is consumed)."""
+    env_state, timestep = jax.vmap(env.reset)(jax.random.split(rng_key, num_envs))
+    zeros = jnp.zeros((num_envs,), jnp.float32)
+    return ActorState(env_state, timestep, zeros, jnp.zeros((num_envs,), jnp.int32))
+
+
+def temperature_at(schedule: tuple[tuple[float, float], ...], progress: chex.Array) -> chex.Array:
+    """The temperature of a piecewise-constant schedule at `progress` in [0, 1].
+
+    `schedule` is `((fraction, temperature), ...)`: `temperature` applies until
+    `fraction` of training; the last entry applies after the end too.
+    """
+    temps = jnp.asarray([t for _, t in schedule], jnp.float32)
+    bounds = jnp.asarray([f for f, _ in schedule], jnp.float32)
+    index = jnp.minimum(jnp.sum(progress >= bounds), len(schedule) - 1)
+    return temps[index]
+
+
+def select_actions(
+    rng_key: chex.PRNGKey,
+    action_weights: chex.Array,
+    legal_action_mask: chex.Array,
+    temperature: chex.Array,
+) -> chex.Array:
+    """Samples `[B]` actions from `action_weights ** (1 / temperature)`.
+
+    Temperature 0 picks the most visited legal action (ties to the lowest index).
+    """
+    weights = jnp.where(legal_action_mask, action_weights, 0.0)
+    greedy = jnp.argmax(jnp.where(legal_action_mask, weights, -1.0), axis=-1)
+    safe_t = jnp.maximum(temperature, 1e-3)
+    logits = jnp.where(
+        legal_action_mask & (weights > 0), jnp.log(jnp.maximum(weights, 1e-30)) / safe_t, -jnp.inf
+    )
+    # If no legal action has weight (degenerate search output), fall back to greedy.
+    has_weight = jnp.any(jnp.isfinite(logits), axis=-1)
+    sampled = jax.random.categorical(rng_key, jnp.where(has_weight[:, None], logits, 0.0))
+    return jnp.where((temperature > 0) & has_weight, sampled, greedy).astype(jnp.int32)
+
+
+def make_act_step(
+    env: Environment,
+    root_fn: RootFn,
+    recurrent_fn: mctx.RecurrentFn,
+    search_fn: Callable[..., mctx.PolicyOutput],
+    *,
+    num_simulations: int,
+    use_search_action: bool = False,
+):
+    """Returns `act_step(params, actor, rng_key, temperature) -> (actor, row, stats)`.
+
+    With `use_search_action`, a positive temperature takes the search's own
+    `action` (its own exploration: Gumbel MuZero's sampled action, or
+    `muzero_policy`'s visit-count sample), and temperature 0 is greedy.
+    Otherwise actions are sampled from `action_weights ** (1 / temperature)`.
+
+    `row` is the `Trajectory` row (leaves `[B, ...]`) of the current timestep:
+    its observation, the search's policy and root value, the action taken.
+    """
+    batched_step = jax.vmap(env.step)
+
+    def act_step(params, actor: ActorState, rng_key, temperature):
+        search_key, action_key = jax.random.split(rng_key)
+        ts = actor.timestep
+        root = root_fn(params, ts.observation)
+        out = search_fn(
+            params,
+            search_key,
+            root,
+            recurrent_fn,
+            num_simulations=num_simulations,
+            invalid_actions=jnp.logical_not(ts.legal_action_mask),
+        )
+        action = select_actions(action_key, out.action_weights, ts.legal_action_mask, temperature)
+        if use_search_action:
+            action = jnp.where(temperature > 0, out.action.astype(jnp.int32), action)
+        search_value = out.search_tree.node_values[:, mctx.Tree.ROOT_INDEX]
+        row = Trajectory(
+            observation=ts.observation,
+            action=action,
+            reward=ts.reward,
+            first=ts.first,
+            last=ts.last,
+            terminated=ts.terminated,
+            truncated=ts.truncated,
+            legal_action_mask=ts.legal_action_mask,
+            to_play=ts.to_play,
+            search_policy=out.action_weights.astype(jnp.float32),
+            search_value=search_value.astype(jnp.float32),
+        )
+        env_state, next_ts = batched_step(actor.env_state, action)
+        # Returns from player 0's point of view: in two-player games the reward
+        # is the mover's, i.e. player `to_play` of the previous timestep.
+        sign = jnp.where(ts.to_play == 0, 1.0, -1.0)
+        episode_return = jnp.where(ts.last, 0.0, actor.episode_return) + sign * next_ts.reward
+        episode_length = jnp.where(ts.last, 0, actor.episode_length) + 1
+        episode_return = jnp.where(next_ts.first, 0.0, episode_return)
+        episode_length = jnp.where(next_ts.first, 0, episode_length)
+        done = next_ts.last
+        stats = EpisodeStats(
+            return_sum=jnp.sum(jnp.where(done, episode_return, 0.0)),
+            length_sum=jnp.sum(jnp.where(done, episode_length, 0)).astype(jnp.float32),
+            count=jnp.sum(done).astype(jnp.float32),
+        )
+        actor = ActorState(env_state, next_ts, episode_return, episode_length)
+        return actor, row, stats
+
+    return act_step
+
+
+def make_rollout(act_step, rollout_length: int):
+    """Returns `rollout(params, actor, rng_key, temperature) -> (actor, traj, stats)`.
+
+    `traj` has leaves `[B, T, ...]` (environment-major, as the replay adds it);
+    `stats` sums the episodes that ended during the rollout.
+    """
+
+    def rollout(params, actor, rng_key, temperature):
+        def body(actor, key):
+            actor, row, stats = act_step(params, actor, key, temperature)
+            return actor, (row, stats)
+
+        keys = jax.random.split(rng_key, rollout_length)
+        actor, (rows, stats) = jax.lax.scan(body, actor, keys)
+        traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)
+        stats = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
+        return actor, traj, stats
+
+    return rollout

@@ -1,0 +1,264 @@
+"""Typed, frozen training configuration, validated when constructed.
+
+Configs never reach jitted code: `learning.make_train` reads plain values from
+them once and closes over those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Literal
+
+from muzero_jax.networks import MLPConfig, ResNetConfig
+
+__all__ = ["Config", "config_from_dict", "config_to_dict"]
+
+
+def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool = True) -> None:
+    low = 0 if allow_zero else 1
+    if integer and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not integer and not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    too_small = value < low if integer else (value < 0 or (not allow_zero and value == 0))
+    if too_small:
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything a training run needs. Defaults suit Catch on a laptop CPU.
+
+    Attributes:
+      env: environment name (see `muzero_jax.envs.ENV_NAMES`).
+      seed: seed of every random number in the run.
+      num_envs: environments acting in parallel (split evenly across devices).
+      rollout_length: environment steps per environment per iteration.
+      max_env_steps: stop after this many environment steps (also sets the
+        temperature and importance-sampling schedules).
+      network: "mlp" (vector observations) or "resnet" (images).
+      mlp: sizes of the MLP networks.
+      resnet: sizes of the ResNet networks.
+      value_support_size: half-width of the categorical value support
+        (2 * size + 1 bins over the h-transformed value).
+      reward_support_size: half-width of the categorical reward support.
+      discount: the environment discount gamma.
+      num_unroll_steps: K, the steps the model is unrolled in the loss.
+      td_steps: n, the steps of the n-step value target.
+      value_loss_weight: weight of the value loss (0.25 in MuZero Reanalyze).
+      value_target: "target_network" bootstraps from a target network's value
+        at the bootstrap state (MuZero Reanalyze); "search" from the search
+        value stored when acting (the original paper).
+      target_update_period: copy params to the target network every this many
+        updates (ignored when `target_ema` > 0).
+      target_ema: if > 0, the target network tracks params as an exponential
+        moving average with this step size instead of periodic copies.
+      search: a built-in search name ("gumbel_muzero", "muzero", "puct",
+        "muzero_paper") or "package.module:attr".
+      search_kwargs: JSON object of keyword hyper-parameters for the search.
+      num_simulations: simulations per search when acting.
+      act_with_search_action: act with the search's own chosen action (its
+        own exploration; what Gumbel MuZero prescribes) instead of sampling
+        the search policy with `temperature_schedule`.
+      temperature_schedule: (fraction of training, temperature) pairs: the
+        temperature used to sample actions from the search policy until that
+        fraction of `max_env_steps`; 0 is greedy. Used when
+        `act_with_search_action` is False.
+      replay_capacity: time steps kept per environment.
+      prioritized_replay: prioritised (True) or uniform (False) sampling.
+      priority_alpha: priority exponent alpha.
+      priority_beta_start: importance-sampling exponent at the start,
+        annealed linearly to `priority_beta_end` over training.
+      priority_beta_end: importance-sampling exponent at the end.
+      min_replay_steps: environment steps per environment collected before
+        learning starts.
+      batch_size: sequences per update (global, split across devices).
+      replay_ratio: updates per environment step; updates per iteration are
+        `replay_ratio * num_envs * rollout_length` (must be a whole number).
+      optimizer: "adam" or "sgd" (with momentum).
+      learning_rate: peak learning rate.
+      lr_warmup_updates: linear warm-up from 0 over this many updates.
+      lr_decay: "constant", "cosine" or "exponential" after warm-up.
+      lr_decay_rate: for "exponential": factor per `lr_decay_updates`.
+      lr_decay_updates: for "cosine" and "exponential": the decay horizon.
+      momentum: SGD momentum.
+      weight_decay: L2 weight decay (added to the gradient, as the paper's L2
+        loss term does).
+      max_grad_norm: global gradient-norm clipping (0 disables).
+      eval_every: evaluate every this many iterations (0 disables).
+      eval_episodes: greedy evaluation episodes per evaluation.
+      eval_num_simulations: simulations per search in evaluation (0: same as
+        `num_simulations`).
+      num_devices: devices to run on (0: all local devices).
+    """
+
+    env: str = "catch"
+    seed: int = 0
+    num_envs: int = 64
+    rollout_length: int = 10
+    max_env_steps: int = 200_000
+    network: Literal["mlp", "resnet"] = "mlp"
+    mlp: MLPConfig = MLPConfig()
+    resnet: ResNetConfig = ResNetConfig(
+        channels=32, num_blocks=2, downsample=False, head_hidden_sizes=(64,)
+    )
+    value_support_size: int = 10
+    reward_support_size: int = 5
+    discount: float = 0.997
+    num_unroll_steps: int = 5
+    td_steps: int = 10
+    value_loss_weight: float = 0.25
+    value_target: Literal["target_network", "search"] = "target_network"
+    target_update_period: int = 100
+    target_ema: float = 0.0
+    search: str = "gumbel_muzero"
+    search_kwargs: str = "{}"
+    num_simulations: int = 16
+    act_with_search_action: bool = True
+    temperature_schedule: tuple[tuple[float, float], ...] = ((0.5, 1.0), (0.75, 0.5), (1.0, 0.25))
+    replay_capacity: int = 500
+    prioritized_replay: bool = True
+    priority_alpha: float = 1.0
+    priority_beta_start: float = 0.4
+    priority_beta_end: float = 1.0
+    min_replay_steps: int = 20
+    batch_size: int = 256
+    replay_ratio: float = 0.0125
+    optimizer: Literal["adam", "sgd"] = "adam"
+    learning_rate: float = 3e-3
+    lr_warmup_updates: int = 50
+    lr_decay: Literal["constant", "cosine", "exponential"] = "constant"
+    lr_decay_rate: float = 0.1
+    lr_decay_updates: int = 100_000
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    max_grad_norm: float = 5.0
+    eval_every: int = 10
+    eval_episodes: int = 32
+    eval_num_simulations: int = 0
+    num_devices: int = 0
+
+    def __post_init__(self):
+        for name in (
+            "num_envs", "rollout_length", "max_env_steps", "value_support_size",
+            "reward_support_size", "num_unroll_steps", "td_steps", "target_update_period",
+            "num_simulations", "replay_capacity", "min_replay_steps", "batch_size",
+            "lr_decay_updates", "eval_episodes",
+        ):
+            _positive(name, getattr(self, name))
+        for name in ("lr_warmup_updates", "eval_every", "eval_num_simulations", "num_devices",
+                     "seed"):
+            _positive(name, getattr(self, name), allow_zero=True)
+        for name in ("learning_rate", "replay_ratio"):
+            _positive(name, getattr(self, name), integer=False)
+        for name in ("weight_decay", "max_grad_norm", "value_loss_weight", "priority_alpha",
+                     "target_ema", "momentum"):
+            _positive(name, getattr(self, name), allow_zero=True, integer=False)
+        if not 0.0 <= self.discount <= 1.0:
+            raise ValueError(f"discount must be in [0, 1], got {self.discount!r}")
+        if not 0.0 <= self.target_ema < 1.0:
+            raise ValueError(f"target_ema must be in [0, 1), got {self.target_ema!r}")
+        for name in ("priority_beta_start", "priority_beta_end"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+        if self.network not in ("mlp", "resnet"):
+            raise ValueError(f"network must be 'mlp' or 'resnet', got {self.network!r}")
+        if self.value_target not in ("target_network", "search"):
+            raise ValueError(
+                f"value_target must be 'target_network' or 'search', got {self.value_target!r}"
+            )
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.lr_decay not in ("constant", "cosine", "exponential"):
+            raise ValueError(f"lr_decay must be constant/cosine/exponential, got {self.lr_decay!r}")
+        if not self.temperature_schedule:
+            raise ValueError("temperature_schedule must have at least one (fraction, temperature)")
+        fractions = [f for f, _ in self.temperature_schedule]
+        if fractions != sorted(fractions) or any(t < 0 for _, t in self.temperature_schedule):
+            raise ValueError(
+                "temperature_schedule must be (fraction, temperature) pairs with increasing "
+                f"fractions and temperatures >= 0, got {self.temperature_schedule!r}"
+            )
+        self.parsed_search_kwargs()  # raises on malformed JSON
+        if self.sequence_length > self.replay_capacity:
+            raise ValueError(
+                f"replay_capacity={self.replay_capacity} cannot hold one sequence of "
+                f"num_unroll_steps + td_steps + 1 = {self.sequence_length} steps"
+            )
+        if self.min_replay_steps > self.replay_capacity:
+            raise ValueError(
+                f"min_replay_steps={self.min_replay_steps} exceeds "
+                f"replay_capacity={self.replay_capacity}"
+            )
+        updates = self.replay_ratio * self.env_steps_per_iteration
+        if updates < 1 - 1e-9 or abs(updates - round(updates)) > 1e-6:
+            raise ValueError(
+                f"replay_ratio={self.replay_ratio} gives {updates:g} updates per iteration of "
+                f"{self.env_steps_per_iteration} environment steps (num_envs * rollout_length); "
+                "it must be a whole number >= 1 (the learner would starve otherwise)"
+            )
+
+    @property
+    def sequence_length(self) -> int:
+        """Rows per sampled sequence: K + n + 1."""
+        return self.num_unroll_steps + self.td_steps + 1
+
+    @property
+    def env_steps_per_iteration(self) -> int:
+        """Environment steps of one iteration over all environments."""
+        return self.num_envs * self.rollout_length
+
+    @property
+    def updates_per_iteration(self) -> int:
+        """Learner updates per iteration (`replay_ratio * env steps`)."""
+        return int(round(self.replay_ratio * self.env_steps_per_iteration))
+
+    def parsed_search_kwargs(self) -> dict[str, Any]:
+        """`search_kwargs` as a dict (JSON object, or `key=value,key=value`)."""
+        text = self.search_kwargs.strip()
+        if not text:
+            return {}
+        if not text.startswith("{"):
+            out: dict[str, Any] = {}
+            for item in text.split(","):
+                key, sep, value = item.partition("=")
+                if not sep or not key.strip():
+                    raise ValueError(
+                        f"search_kwargs must be JSON or key=value pairs, got {self.search_kwargs!r}"
+                    )
+                try:
+                    out[key.strip()] = json.loads(value)
+                except json.JSONDecodeError:
+                    out[key.strip()] = value.strip()
+            return out
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"search_kwargs is not valid JSON: {e}") from e
+        if not isinstance(parsed, dict):
+            raise ValueError(f"search_kwargs must be a JSON object, got {self.search_kwargs!r}")
+        return parsed
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """A JSON-serialisable dict of every field (nested configs included)."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Rebuilds a `Config` from `config_to_dict` output (validated)."""
+    data = dict(data)
+    fields = {f.name for f in dataclasses.fields(Config)}
+    unknown = set(data) - fields
+    if unknown:
+        raise ValueError(f"unknown config fields: {', '.join(sorted(unknown))}")
+    if "mlp" in data and isinstance(data["mlp"], dict):
+        data["mlp"] = MLPConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                   for k, v in data["mlp"].items()})
+    if "resnet" in data and isinstance(data["resnet"], dict):
+        data["resnet"] = ResNetConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                         for k, v in data["resnet"].items()})
+    if "temperature_schedule" in data:
+        data["temperature_schedule"] = tuple(tuple(p) for p in data["temperature_schedule"])
+    return Config(**data)

@@ -1,0 +1,532 @@
+"""The learner and the whole training iteration, as one SPMD program.
+
+`make_train(config)` returns a `Trainer` of pure functions. One `iteration`
+acts T steps in B environments with batched search, adds the trajectories to
+the on-device replay, and runs U learner updates (`lax.scan`): sample
+sequences, build targets outside autodiff with a target network, take the
+gradient of the unrolled loss, average it across devices (`lax.pmean`) and
+apply Optax. Nothing returns to Python inside an iteration.
+
+Data parallelism is pmap-style SPMD written with `jax.shard_map` over one mesh
+axis, `"devices"`: params, target params, optimiser state and counters are
+replicated; each device has its own environments, replay shard and rng stream.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import mctx
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from muzero_jax.acting import (
+    ActorState,
+    EpisodeStats,
+    init_actor,
+    make_act_step,
+    make_rollout,
+    temperature_at,
+)
+from muzero_jax.config import Config
+from muzero_jax.envs import Environment, make_env
+from muzero_jax.loss import LossBatch, unrolled_loss
+from muzero_jax.networks import Networks, make_networks
+from muzero_jax.replay import ReplayState, Trajectory, make_replay_buffer
+from muzero_jax.search import (
+    check_search_fn,
+    make_recurrent_fn,
+    make_root_fn,
+    resolve_search,
+)
+from muzero_jax.targets import make_targets
+from muzero_jax.value_transforms import DiscreteSupport, make_support
+
+__all__ = [
+    "AXIS",
+    "Counters",
+    "IterationMetrics",
+    "TrainState",
+    "Trainer",
+    "make_mesh",
+    "make_optimizer",
+    "make_train",
+]
+
+AXIS = "devices"
+"""The name of the data-parallel mesh axis."""
+
+
+class Counters(NamedTuple):
+    """Progress counters (replicated; int32 scalars)."""
+
+    env_steps: chex.Array
+    updates: chex.Array
+    iterations: chex.Array
+
+
+class TrainState(NamedTuple):
+    """Everything that changes during training.
+
+    Replicated over devices: `params`, `target_params`, `opt_state`,
+    `counters`. Per device (leading axis `[D]`, sharded over the mesh):
+    `replay`, `actor`, `rng_key`.
+    """
+
+    params: Any
+    target_params: Any
+    opt_state: Any
+    replay: ReplayState
+    actor: ActorState
+    rng_key: chex.PRNGKey
+    counters: Counters
+
+
+class IterationMetrics(NamedTuple):
+    """What the host sees once per iteration (averaged over devices)."""
+
+    loss: chex.Array
+    value_loss: chex.Array
+    reward_loss: chex.Array
+    policy_loss: chex.Array
+    value_error: chex.Array
+    policy_entropy: chex.Array
+    grad_norm: chex.Array
+    learning_rate: chex.Array
+    temperature: chex.Array
+    learned: chex.Array
+    episode_return_sum: chex.Array
+    episode_length_sum: chex.Array
+    episode_count: chex.Array
+    finite: chex.Array
+
+
+class Trainer(NamedTuple):
+    """The pieces of a training run, as pure functions.
+
+    Attributes:
+      init: `init(rng_key) -> TrainState` (placed on the mesh).
+      iteration: jitted `iteration(state) -> (state, IterationMetrics)`; the
+        state is donated.
+      evaluate: jitted `evaluate(params, rng_key) -> [eval_episodes]` greedy
+        episode returns.
+      mesh: the device mesh.
+      env: the environment.
+      networks: the networks.
+      value_support: value support.
+      reward_support: reward support.
+      search_fn: the search in use.
+      config: the config the trainer was built from (never passed to jit).
+    """
+
+    init: Callable[[chex.PRNGKey], TrainState]
+    iteration: Callable[[TrainState], tuple[TrainState, IterationMetrics]]
+    evaluate: Callable[[Any, chex.PRNGKey], chex.Array]
+    mesh: Mesh
+    env: Environment
+    networks: Networks
+    value_support: DiscreteSupport
+    reward_support: DiscreteSupport
+    search_fn: Callable[..., mctx.PolicyOutput]
+    config: Config
+
+
+def make_mesh(num_devices: int = 0) -> Mesh:
+    """A one-axis mesh (`"devices"`) over the first `num_devices` devices (0: all)."""
+    devices = jax.devices()
+    if num_devices > len(devices):
+        raise ValueError(
+            f"num_devices={num_devices} but JAX sees only {len(devices)} device(s): {devices}"
+        )
+    count = num_devices or len(devices)
+    return Mesh(np.asarray(devices[:count]), (AXIS,))
+
+
+def make_optimizer(config: Config) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """Gradient clipping, L2 weight decay, Adam or SGD+momentum, LR schedule.
+
+    Weight decay is added to the gradient before the optimiser
+    (`optax.add_decayed_weights`), which for SGD is the pseudocode's
+    `weight_decay * l2_loss(w)` term.
+    """
+    peak = config.learning_rate
+    if config.lr_decay == "constant":
+        decay = optax.constant_schedule(peak)
+    elif config.lr_decay == "cosine":
+        decay = optax.cosine_decay_schedule(peak, config.lr_decay_updates)
+    else:
+        decay = optax.exponential_decay(peak, config.lr_decay_updates, config.lr_decay_rate)
+    if config.lr_warmup_updates > 0:
+        warmup = optax.linear_schedule(0.0, peak, config.lr_warmup_updates)
+        schedule = optax.join_schedules([warmup, decay], [config.lr_warmup_updates])
+    else:
+        schedule = decay
+    parts = []
+    if config.max_grad_norm > 0:
+        parts.append(optax.clip_by_global_norm(config.max_grad_norm))
+    if config.weight_decay > 0:
+        parts.append(optax.add_decayed_weights(config.weight_decay))
+    if config.optimizer == "adam":
+        parts.append(optax.scale_by_adam())
+    else:
+        parts.append(optax.trace(decay=config.momentum))
+    parts.append(optax.scale_by_learning_rate(schedule))
+    return optax.chain(*parts), schedule
+
+
+def _check_supports(config: Config, env: Environment, value_support, reward_support) -> None:
+    max_reward = max(abs(r) for r in env.reward_range)
+    reward_support.check_range(max_reward, name="reward")
+    if config.discount < 1.0:
+        horizon = 1.0 / (1.0 - config.discount)
+        if env.max_episode_steps is not None:
+            horizon = min(horizon, float(env.max_episode_steps))
+    elif env.max_episode_steps is not None:
+        horizon = float(env.max_episode_steps)
+    else:
+        horizon = math.inf
+    if math.isfinite(horizon):
+        value_support.check_range(max_reward * horizon, name="value")
+
+
+def make_train(
+    config: Config,
+    *,
+    search_fn: Callable[..., mctx.PolicyOutput] | None = None,
+    env: Environment | None = None,
+) -> Trainer:
+    """Builds the training functions for `config`.
+
+    Args:
+      config: the run's configuration.
+      search_fn: a search with mctx's policy signature, overriding
+        `config.search` (e.g. a user-written search from Python).
+      env: an environment overriding `config.env`.
+
+    Returns:
+      A `Trainer`.
+
+    Raises:
+      ValueError: on anything inconsistent (devices, divisibility, supports,
+        the search's signature), before anything is compiled.
+    """
+    env = env if env is not None else make_env(config.env)
+    mesh = make_mesh(config.num_devices)
+    num_devices = mesh.devices.size
+    for name in ("num_envs", "batch_size"):
+        if getattr(config, name) % num_devices:
+            raise ValueError(
+                f"{name}={getattr(config, name)} does not split evenly across "
+                f"{num_devices} devices"
+            )
+    local_envs = config.num_envs // num_devices
+    local_batch = config.batch_size // num_devices
+    two_player = env.num_players == 2
+    signed_discount = -config.discount if two_player else config.discount
+
+    value_support = make_support(config.value_support_size)
+    reward_support = make_support(config.reward_support_size)
+    _check_supports(config, env, value_support, reward_support)
+    net_cfg = config.mlp if config.network == "mlp" else config.resnet
+    networks = make_networks(
+        net_cfg,
+        num_actions=env.num_actions,
+        value_bins=value_support.num_bins,
+        reward_bins=reward_support.num_bins,
+    )
+    root_fn = make_root_fn(networks, value_support)
+    recurrent_fn = make_recurrent_fn(
+        networks, value_support, reward_support, discount=config.discount, two_player=two_player
+    )
+    if search_fn is None:
+        search_fn = resolve_search(config.search, config.parsed_search_kwargs())
+    elif config.parsed_search_kwargs():
+        search_fn = functools.partial(search_fn, **config.parsed_search_kwargs())
+
+    # Check the search once with abstract shapes, before compiling anything.
+    obs_spec = jax.ShapeDtypeStruct((local_envs,) + env.observation_shape, jnp.float32)
+    params_spec = jax.eval_shape(networks.init, jax.random.key(0), obs_spec)
+    check_search_fn(
+        search_fn, root_fn, recurrent_fn, params_spec, obs_spec,
+        jax.ShapeDtypeStruct((local_envs, env.num_actions), jnp.bool_),
+        num_simulations=config.num_simulations,
+    )
+
+    buffer = make_replay_buffer(
+        num_envs=local_envs,
+        capacity=config.replay_capacity,
+        sequence_length=config.sequence_length,
+        batch_size=local_batch,
+        prioritized=config.prioritized_replay,
+        alpha=config.priority_alpha,
+    )
+    optimizer, lr_schedule = make_optimizer(config)
+    act_step = make_act_step(
+        env, root_fn, recurrent_fn, search_fn, num_simulations=config.num_simulations,
+        use_search_action=config.act_with_search_action,
+    )
+    rollout = make_rollout(act_step, config.rollout_length)
+    loss_fn = functools.partial(
+        unrolled_loss,
+        networks=networks,
+        value_support=value_support,
+        reward_support=reward_support,
+        value_loss_weight=config.value_loss_weight,
+    )
+    num_updates = config.updates_per_iteration
+    max_env_steps = float(config.max_env_steps)
+    schedule = config.temperature_schedule
+    k, n = config.num_unroll_steps, config.td_steps
+    seq_len = config.sequence_length
+
+    def bootstrap_values(target_params, sequences: Trajectory) -> chex.Array:
+        """`[b, L]` values to bootstrap from; only rows some target uses are filled."""
+        if config.value_target == "search":
+            return sequences.search_value
+        # The return at unroll position j bootstraps from row min(j + n, e),
+        # e the episode's last row in the window: K + 1 rows, not all L.
+        length = sequences.last.shape[1]
+        end = jnp.min(jnp.where(sequences.last, jnp.arange(length), length), axis=1)
+        rows = jnp.minimum(jnp.arange(k + 1)[None, :] + n, end[:, None])  # [b, K+1]
+        obs = jnp.take_along_axis(
+            sequences.observation,
+            rows.reshape(rows.shape + (1,) * (sequences.observation.ndim - 2)),
+            axis=1,
+        )
+        flat = obs.reshape((-1,) + obs.shape[2:])
+        out = networks.initial_inference(target_params, flat)
+        values = value_support.logits_to_scalar(out.value_logits).reshape(rows.shape)
+        batch_index = jnp.arange(rows.shape[0])[:, None]
+        return jnp.zeros(sequences.last.shape, jnp.float32).at[batch_index, rows].set(values)
+
+    def update(carry, rng_key, progress):
+        params, target_params, opt_state, replay, updates = carry
+        beta = config.priority_beta_start + progress * (
+            config.priority_beta_end - config.priority_beta_start
+        )
+        sample = buffer.sample(replay, rng_key, beta)
+        seqs = sample.sequences
+        boot = jax.lax.stop_gradient(bootstrap_values(target_params, seqs))
+        targets = jax.vmap(
+            functools.partial(make_targets, num_unroll_steps=k, td_steps=n,
+                              discount=signed_discount)
+        )(seqs, boot)
+        batch = LossBatch(
+            observation=seqs.observation[:, 0],
+            actions=targets.actions,
+            target_value=targets.value,
+            target_reward=targets.reward,
+            target_policy=targets.policy,
+            value_mask=targets.value_mask,
+            reward_mask=targets.reward_mask,
+            policy_mask=targets.policy_mask,
+            importance_weight=sample.weights,
+        )
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch)
+        grads = jax.lax.pmean(grads, AXIS)
+        grad_norm = optax.global_norm(grads)
+        deltas, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, deltas)
+        updates = updates + 1
+        if config.target_ema > 0:
+            target_params = optax.incremental_update(params, target_params, config.target_ema)
+        else:
+            refresh = updates % config.target_update_period == 0
+            target_params = jax.tree.map(
+                lambda p, t: jnp.where(refresh, p, t), params, target_params
+            )
+        # The paper's priority: |search value - n-step target| at the start row.
+        priorities = jnp.abs(seqs.search_value[:, 0] - targets.value[:, 0])
+        replay = buffer.set_priorities(replay, sample.env_index, sample.time_index, priorities)
+        out = (
+            metrics.loss, metrics.value_loss, metrics.reward_loss, metrics.policy_loss,
+            jnp.mean(metrics.value_error), metrics.policy_entropy, grad_norm,
+        )
+        return (params, target_params, opt_state, replay, updates), out
+
+    def device_iteration(state: TrainState) -> tuple[TrainState, IterationMetrics]:
+        # Per-device parts arrive with a leading axis of size 1.
+        replay, actor, rng_key = jax.tree.map(
+            lambda x: x[0], (state.replay, state.actor, state.rng_key)
+        )
+        counters = state.counters
+        progress = jnp.minimum(counters.env_steps.astype(jnp.float32) / max_env_steps, 1.0)
+        temperature = temperature_at(schedule, progress)
+        rng_key, act_key, learn_key = jax.random.split(rng_key, 3)
+        actor, traj, stats = rollout(state.params, actor, act_key, temperature)
+        replay = buffer.add(replay, traj)
+        can_learn = (replay.num_added >= max(config.min_replay_steps, seq_len)) & (
+            buffer.can_sample(replay)
+        )
+        # Every device sees the same num_added, so all take the same branch.
+        can_learn = jax.lax.pmin(can_learn.astype(jnp.int32), AXIS) > 0
+
+        def learn(operand):
+            params, target_params, opt_state, replay, updates = operand
+            keys = jax.random.split(learn_key, num_updates)
+            carry, outs = jax.lax.scan(
+                lambda c, key: update(c, key, progress),
+                (params, target_params, opt_state, replay, updates),
+                keys,
+            )
+            return carry, tuple(jnp.mean(o) for o in outs)
+
+        def skip(operand):
+            zero = jnp.zeros((), jnp.float32)
+            return operand, (zero,) * 7
+
+        operand = (state.params, state.target_params, state.opt_state, replay,
+                   counters.updates)
+        (params, target_params, opt_state, replay, updates), outs = jax.lax.cond(
+            can_learn, learn, skip, operand
+        )
+        finite = jnp.all(jnp.asarray(
+            [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)] + [jnp.isfinite(outs[0])]
+        ))
+        loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm = (
+            jax.lax.pmean(o, AXIS) for o in outs
+        )
+        ep = jax.tree.map(lambda x: jax.lax.psum(x, AXIS), stats)
+        metrics = IterationMetrics(
+            loss=loss, value_loss=v_loss, reward_loss=r_loss, policy_loss=p_loss,
+            value_error=v_err, policy_entropy=entropy, grad_norm=grad_norm,
+            learning_rate=jnp.asarray(lr_schedule(jnp.maximum(updates - 1, 0)), jnp.float32),
+            temperature=temperature,
+            learned=can_learn.astype(jnp.float32),
+            episode_return_sum=ep.return_sum,
+            episode_length_sum=ep.length_sum,
+            episode_count=ep.count,
+            finite=jax.lax.pmin(finite.astype(jnp.int32), AXIS) > 0,
+        )
+        counters = Counters(
+            env_steps=counters.env_steps + config.env_steps_per_iteration,
+            updates=updates,
+            iterations=counters.iterations + 1,
+        )
+        new_state = TrainState(
+            params=params,
+            target_params=target_params,
+            opt_state=opt_state,
+            replay=jax.tree.map(lambda x: x[None], replay),
+            actor=jax.tree.map(lambda x: x[None], actor),
+            rng_key=rng_key[None],
+            counters=counters,
+        )
+        return new_state, metrics
+
+    specs = TrainState(
+        params=P(), target_params=P(), opt_state=P(), replay=P(AXIS), actor=P(AXIS),
+        rng_key=P(AXIS), counters=P(),
+    )
+    sharded = jax.shard_map(
+        device_iteration, mesh=mesh, in_specs=(specs,), out_specs=(specs, P()),
+        check_vma=False,
+    )
+    iteration = jax.jit(sharded, donate_argnums=0)
+
+    def init(rng_key: chex.PRNGKey) -> TrainState:
+        param_key, device_key = jax.random.split(rng_key)
+        example = jnp.zeros((1,) + env.observation_shape, jnp.float32)
+        params = networks.init(param_key, example)
+        opt_state = optimizer.init(params)
+
+        def local_init(key):
+            actor_key, rng = jax.random.split(key)
+            actor = init_actor(env, actor_key, local_envs)
+            row = _example_row(env)
+            return buffer.init(row), actor, rng
+
+        replay, actor, rngs = jax.vmap(local_init)(jax.random.split(device_key, num_devices))
+        state = TrainState(
+            params=params,
+            target_params=jax.tree.map(jnp.copy, params),
+            opt_state=opt_state,
+            replay=replay,
+            actor=actor,
+            rng_key=rngs,
+            counters=Counters(*(jnp.zeros((), jnp.int32) for _ in range(3))),
+        )
+        shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
+                                 is_leaf=lambda x: isinstance(x, P))
+        return jax.device_put(state, shardings)
+
+    evaluate = make_evaluate(
+        env, root_fn, recurrent_fn, search_fn,
+        num_simulations=config.eval_num_simulations or config.num_simulations,
+        num_episodes=config.eval_episodes,
+    )
+    return Trainer(
+        init=init, iteration=iteration, evaluate=evaluate, mesh=mesh, env=env,
+        networks=networks, value_support=value_support, reward_support=reward_support,
+        search_fn=search_fn, config=config,
+    )
+
+
+def _example_row(env: Environment) -> Trajectory:
+    a = env.num_actions
+    return Trajectory(
+        observation=jnp.zeros(env.observation_shape, jnp.float32),
+        action=jnp.zeros((), jnp.int32),
+        reward=jnp.zeros((), jnp.float32),
+        first=jnp.zeros((), jnp.bool_),
+        last=jnp.zeros((), jnp.bool_),
+        terminated=jnp.zeros((), jnp.bool_),
+        truncated=jnp.zeros((), jnp.bool_),
+        legal_action_mask=jnp.zeros((a,), jnp.bool_),
+        to_play=jnp.zeros((), jnp.int32),
+        search_policy=jnp.zeros((a,), jnp.float32),
+        search_value=jnp.zeros((), jnp.float32),
+    )
+
+
+def make_evaluate(
+    env: Environment,
+    root_fn,
+    recurrent_fn,
+    search_fn,
+    *,
+    num_simulations: int,
+    num_episodes: int,
+    max_steps: int | None = None,
+) -> Callable[[Any, chex.PRNGKey], chex.Array]:
+    """Returns jitted `evaluate(params, rng_key) -> [num_episodes]` greedy returns.
+
+    Each of `num_episodes` fresh environments plays one episode with
+    temperature 0 (the most visited action); the return is player 0's.
+    """
+    steps = max_steps or env.max_episode_steps
+    if steps is None:
+        raise ValueError(f"environment {env.name!r} has no max_episode_steps; pass max_steps")
+    act_step = make_act_step(env, root_fn, recurrent_fn, search_fn,
+                             num_simulations=num_simulations)
+
+    @jax.jit
+    def evaluate(params, rng_key):
+        reset_key, run_key = jax.random.split(rng_key)
+        actor = init_actor(env, reset_key, num_episodes)
+
+        def body(carry, key):
+            actor, total, done = carry
+            actor, _, _ = act_step(params, actor, key, jnp.float32(0.0))
+            ts = actor.timestep
+            sign = jnp.where(ts.to_play == 0, -1.0, 1.0) if env.num_players == 2 else 1.0
+            total = total + jnp.where(done, 0.0, sign * ts.reward)
+            done = done | ts.last
+            return (actor, total, done), None
+
+        init = (actor, jnp.zeros((num_episodes,)), jnp.zeros((num_episodes,), bool))
+        (_, total, _), _ = jax.lax.scan(body, init, jax.random.split(run_key, steps))
+        return total
+
+    return evaluate
+
+
+__all__ += ["make_evaluate", "EpisodeStats"]

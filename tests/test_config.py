@@ -1,0 +1,61 @@
+"""Config validation: bad input is reported clearly, before compiling."""
+
+import dataclasses
+
+import pytest
+
+from muzero_jax.config import Config, config_from_dict, config_to_dict
+from muzero_jax.presets import preset
+
+
+def test_defaults_and_derived_values():
+    c = Config()
+    assert c.sequence_length == c.num_unroll_steps + c.td_steps + 1
+    assert c.env_steps_per_iteration == c.num_envs * c.rollout_length
+    assert c.updates_per_iteration == round(c.replay_ratio * c.env_steps_per_iteration)
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("num_envs", 0, "num_envs must be > 0"),
+        ("num_unroll_steps", 0, "num_unroll_steps must be > 0"),
+        ("batch_size", -4, "batch_size must be > 0"),
+        ("learning_rate", 0.0, "learning_rate must be > 0"),
+        ("discount", 1.5, "discount must be in"),
+        ("replay_capacity", 10, "cannot hold one sequence"),
+        ("replay_ratio", 0.0001, "learner would starve"),
+        ("replay_ratio", 0.0101, "whole number"),
+        ("search_kwargs", "{bad json", "not valid JSON"),
+        ("search_kwargs", "[1, 2]", "must be JSON or key=value"),
+        ("temperature_schedule", ((0.5, 1.0), (0.2, 0.5)), "increasing"),
+        ("network", "transformer", "network must be"),
+        ("num_envs", 2.5, "must be an integer"),
+    ],
+)
+def test_bad_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        Config(**{field: value})
+
+
+def test_search_kwargs_forms():
+    assert Config(search_kwargs='{"dirichlet_alpha": 0.3}').parsed_search_kwargs() == {
+        "dirichlet_alpha": 0.3
+    }
+    cfg = Config(search_kwargs="max_num_considered_actions=4,qtransform=x")
+    parsed = cfg.parsed_search_kwargs()
+    assert parsed == {"max_num_considered_actions": 4, "qtransform": "x"}
+
+
+def test_round_trip_through_dict():
+    c = preset("cartpole", seed=3)
+    assert config_from_dict(config_to_dict(c)) == c
+    with pytest.raises(ValueError, match="unknown config fields: nope"):
+        config_from_dict({**config_to_dict(c), "nope": 1})
+
+
+def test_presets():
+    assert preset("catch").env == "catch"
+    assert dataclasses.replace(preset("catch"), seed=5).seed == 5
+    with pytest.raises(ValueError, match="unknown environment 'pong'; known: catch, cartpole"):
+        preset("pong")
