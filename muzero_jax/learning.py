@@ -202,6 +202,7 @@ def make_train(
     *,
     search_fn: Callable[..., mctx.PolicyOutput] | None = None,
     env: Environment | None = None,
+    loss_fn: Callable[..., tuple[chex.Array, Any]] | None = None,
 ) -> Trainer:
     """Builds the training functions for `config`.
 
@@ -210,6 +211,9 @@ def make_train(
       search_fn: a search with mctx's policy signature, overriding
         `config.search` (e.g. a user-written search from Python).
       env: an environment overriding `config.env`.
+      loss_fn: a replacement for `unrolled_loss` with the same signature
+        (`(params, batch, *, networks, value_support, reward_support,
+        value_loss_weight) -> (loss, LossMetrics)`), e.g. for ablations.
 
     Returns:
       A `Trainer`.
@@ -275,7 +279,7 @@ def make_train(
     )
     rollout = make_rollout(act_step, config.rollout_length)
     loss_fn = functools.partial(
-        unrolled_loss,
+        loss_fn or unrolled_loss,
         networks=networks,
         value_support=value_support,
         reward_support=reward_support,

@@ -20,6 +20,9 @@ PRESETS: dict[str, Config] = {
     "catch": Config(
         env="catch",
         discount=1.0,
+        value_loss_weight=1.0,
+        num_simulations=8,
+        replay_ratio=0.025,
         value_support_size=5,
         reward_support_size=5,
         max_env_steps=300_000,
