@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -111,13 +112,31 @@ def test_params_stay_identical_across_fake_devices():
 
 
 # Bounded, seeded Catch run: random play scores about -0.6; this must learn.
-LEARN = dict(eval_every=0, max_env_steps=48_000, eval_episodes=64)
+LEARN = dict(eval_every=0, max_env_steps=64_000, eval_episodes=64)
+
+
+def _prior_policy_return(trainer, params, num_episodes=64):
+    """Greedy returns of the raw policy head (no search): argmax of the prior."""
+    env = trainer.env
+    state, ts = jax.vmap(env.reset)(jax.random.split(jax.random.key(7), num_episodes))
+    total = np.zeros(num_episodes)
+    step = jax.jit(jax.vmap(env.step))
+    infer = jax.jit(trainer.networks.initial_inference)
+    for _ in range(env.max_episode_steps):
+        action = jnp.argmax(infer(params, ts.observation).policy_logits, axis=-1)
+        state, ts = step(state, action)
+        total += np.asarray(ts.reward)
+    return float(total.mean())
 
 
 def test_catch_learns():
     config = preset("catch", seed=0, **LEARN)
     result = train(config)
-    returns = np.asarray(result.trainer.evaluate(result.state.params, jax.random.key(123)))
+    params = result.state.params
+    returns = np.asarray(result.trainer.evaluate(params, jax.random.key(123)))
     late = [r["episode_return"] for r in result.history[-10:] if r["episode_return"] is not None]
     assert float(np.mean(late)) > 0.0, late
-    assert float(returns.mean()) > 0.3, returns.mean()
+    assert float(returns.mean()) > 0.0, returns.mean()
+    # The search can partly make up for a bad policy head; the head itself must learn too
+    # (this fails if, e.g., the policy targets are zeroed).
+    assert _prior_policy_return(result.trainer, params) > 0.0

@@ -1,0 +1,69 @@
+"""Time-to-solve runs: wall time and environment steps to the "solved" criterion.
+
+"Solved" = mean greedy evaluation return over >= 32 episodes at or above the
+threshold at two consecutive evaluations (compile time included in wall time).
+
+    python experiments/solve.py --env catch --seeds 0,1,2,3,4 --max-seconds 30
+    python experiments/solve.py --env cartpole --seeds 0,1,2,3,4 --max-seconds 60
+
+Writes one JSON object per seed to `--out` (default
+`experiments/results/solve_ENV.jsonl`) and prints a summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import jax
+
+from muzero_jax.presets import preset
+from muzero_jax.train import train
+
+THRESHOLDS = {"catch": 0.95, "cartpole": 475.0}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="catch", choices=sorted(THRESHOLDS))
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--max-seconds", type=float, default=30.0)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    out = args.out or os.path.join("experiments", "results", f"solve_{args.env}.jsonl")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    threshold = THRESHOLDS[args.env]
+    rows = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        config = preset(args.env, seed=seed)
+        start = time.perf_counter()
+        result = train(config, max_seconds=args.max_seconds, stop_threshold=threshold)
+        first = result.history[0]
+        last = result.history[-1]
+        row = {
+            "env": args.env, "seed": seed, "threshold": threshold,
+            "solved": result.solved_at is not None,
+            "solved_wall_s": result.solved_at and result.solved_at["wall_s"],
+            "solved_env_steps": result.solved_at and result.solved_at["env_steps"],
+            "solved_updates": result.solved_at and result.solved_at["updates"],
+            "first_iteration_wall_s": first["wall_s"],
+            "sps_median": sorted(r["sps"] for r in result.history)[len(result.history) // 2],
+            "final_eval_return": next((r["eval_return"] for r in reversed(result.history)
+                                       if "eval_return" in r), None),
+            "env_steps": last["env_steps"], "wall_s": round(time.perf_counter() - start, 2),
+            "machine": platform.machine(), "cpus": os.cpu_count(),
+            "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+        }
+        rows.append(row)
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+    solved = sum(r["solved"] for r in rows)
+    print(f"{args.env}: solved {solved}/{len(rows)} seeds within {args.max_seconds:g}s")
+
+
+if __name__ == "__main__":
+    main()
