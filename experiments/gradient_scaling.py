@@ -35,6 +35,17 @@ Run from the repository root (the default takes a few minutes on 2 CPU cores):
 
 It writes `results.json` and PNG plots to `--out`; `docs/scale_gradient.md`
 shows them.
+
+`--curves` instead trains the full agent (`muzero_jax.train.train`: search,
+replay, target network) once per variant and seed, seeds one after another,
+with the variant's loss passed to `muzero_jax.learning.make_train(loss_fn=...)`.
+`paper`, `no_half` and `no_1/K` keep the preset's `max_grad_norm` (5.0); `clip`
+uses neither scaling and `max_grad_norm=--curve-clip`. It merges the curves into
+`results.json` (key `learning_curves`) and plots `learning_curves_<env>.png`
+(about 10 minutes for the default on 2 CPU cores):
+
+    python experiments/gradient_scaling.py --curves --curve-env catch \
+        --curve-seeds 3 --curve-steps 60000 --curve-eval-every 5 --curve-clip 1.0
 """
 
 from __future__ import annotations
@@ -706,6 +717,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--curves", action="store_true",
+                        help="only train the full agent per variant (learning curves)")
+    parser.add_argument("--curve-env", default="catch", help="preset for --curves")
+    parser.add_argument("--curve-seeds", type=int, default=3, help="seeds, one after another")
+    parser.add_argument("--curve-steps", type=int, default=60_000, help="max_env_steps per run")
+    parser.add_argument("--curve-eval-every", type=int, default=5, help="iterations")
+    parser.add_argument("--curve-clip", type=float, default=1.0,
+                        help="max_grad_norm of the `clip` variant in --curves")
     args = parser.parse_args(argv)
     args.k_sweep = [int(x) for x in args.k_sweep.split(",")]
     args.envs = args.envs.split(",")
@@ -931,6 +950,173 @@ def markdown_tables(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------------
+# Learning curves of the full agent (`--curves`): search, replay, target network.
+# --------------------------------------------------------------------------------------------
+
+
+def make_curve_loss(hidden_scale: float, step_scale: float | None) -> Callable[..., Any]:
+    """A drop-in for `muzero_jax.loss.unrolled_loss` with the two scales as switches.
+
+    Same steps, masks, weights, batch mean and `LossMetrics` as `unrolled_loss`;
+    `hidden_scale` is the gradient scale on the hidden state leaving every
+    recurrent step (paper: 0.5) and `step_scale` that of each recurrent step's
+    loss (None: the paper's 1/K). Self-contained, so the `paper` variant does not
+    depend on the library's loss staying as it is.
+    """
+    from muzero_jax.loss import LossMetrics
+
+    def loss_fn(params, batch, *, networks, value_support, reward_support,
+                value_loss_weight=0.25):
+        num_steps = batch.actions.shape[1]
+        scale = 1.0 / num_steps if step_scale is None else step_scale
+        target_value, target_reward, target_policy = jax.lax.stop_gradient(
+            (batch.target_value, batch.target_reward, batch.target_policy)
+        )
+        value_probs = value_support.scalar_to_probs(target_value)
+        reward_probs = reward_support.scalar_to_probs(target_reward)
+        masks = jax.lax.stop_gradient(
+            (batch.value_mask, batch.reward_mask, batch.policy_mask, batch.importance_weight)
+        )
+        value_mask, reward_mask, policy_mask, weight = (m.astype(jnp.float32) for m in masks)
+        ce = optax.softmax_cross_entropy
+
+        def terms(out, k):
+            v = ce(out.value_logits, value_probs[:, k]) * value_mask[:, k]
+            p = ce(out.policy_logits, target_policy[:, k]) * policy_mask[:, k]
+            r = ce(out.reward_logits, reward_probs[:, k]) * reward_mask[:, k]
+            value = value_support.logits_to_scalar(out.value_logits)
+            reward = reward_support.logits_to_scalar(out.reward_logits)
+            v_err = jnp.abs(value - target_value[:, k]) * value_mask[:, k]
+            r_err = jnp.abs(reward - target_reward[:, k]) * reward_mask[:, k]
+            return v, r, p, v_err, r_err, value
+
+        out0 = networks.initial_inference(params, batch.observation)
+        v0, _, p0, v_err0, _, value0 = terms(out0, 0)
+        loss0 = value_loss_weight * v0 + p0
+
+        def body(hidden, k):
+            action = jax.lax.dynamic_index_in_dim(batch.actions, k - 1, axis=1, keepdims=False)
+            out = networks.recurrent_inference(params, hidden, action)
+            v, r, p, v_err, r_err, _ = terms(out, k)
+            l_k = scale_gradient(value_loss_weight * v + r + p, scale)
+            return scale_gradient(out.hidden, hidden_scale), (l_k, v, r, p, v_err, r_err)
+
+        _, (l_steps, v_steps, r_steps, p_steps, v_errs, r_errs) = jax.lax.scan(
+            body, out0.hidden, jnp.arange(1, num_steps + 1)
+        )
+        loss = jnp.mean((loss0 + jnp.sum(l_steps, axis=0)) * weight)
+        log_probs = jax.nn.log_softmax(out0.policy_logits)
+        metrics = LossMetrics(
+            loss=loss,
+            value_loss=jnp.mean(v0 + jnp.sum(v_steps, axis=0)),
+            reward_loss=jnp.mean(jnp.sum(r_steps, axis=0)),
+            policy_loss=jnp.mean(p0 + jnp.sum(p_steps, axis=0)),
+            value_error=jnp.concatenate([jnp.mean(v_err0)[None], jnp.mean(v_errs, axis=1)]),
+            reward_error=jnp.concatenate([jnp.zeros((1,)), jnp.mean(r_errs, axis=1)]),
+            policy_entropy=jnp.mean(-jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)),
+            predicted_value=jax.lax.stop_gradient(value0),
+        )
+        return loss, metrics
+
+    return loss_fn
+
+
+def run_curves(args: argparse.Namespace) -> dict[str, Any]:
+    """Trains the full agent once per (variant, seed) with the variant's loss.
+
+    `paper`, `no_half` and `no_1/K` keep the preset's `max_grad_norm`; `clip`
+    drops both scalings and sets `max_grad_norm` to `--curve-clip`.
+
+    Returns:
+      A dict with the settings and, per variant, per seed: the final evaluation
+      return, the env steps of the first evaluation >= 0.9 (None if never), and
+      the (env_steps, eval_return) points.
+    """
+    from muzero_jax.learning import make_train
+    from muzero_jax.presets import preset
+    from muzero_jax.train import train
+
+    out: dict[str, Any] = {"env": args.curve_env, "steps": args.curve_steps,
+                           "seeds": args.curve_seeds, "clip": args.curve_clip, "runs": {}}
+    for name, spec in VARIANTS.items():
+        step_scale = None if spec["step_scale"] == "1/K" else float(spec["step_scale"])
+        overrides = {"max_env_steps": args.curve_steps, "eval_every": args.curve_eval_every}
+        if spec["clip"] is not None:
+            overrides["max_grad_norm"] = args.curve_clip
+        loss_fn = make_curve_loss(spec["hidden_scale"], step_scale)
+        trainer = None
+        runs = []
+        for seed in range(args.curve_seeds):
+            config = preset(args.curve_env, seed=seed, **overrides)
+            trainer = trainer or make_train(config, loss_fn=loss_fn)  # seed-free; reused
+            t0 = time.time()
+            hist = train(config, trainer=trainer).history
+            points = [[int(r["env_steps"]), round(float(r["eval_return"]), 3)]
+                      for r in hist if "eval_return" in r]
+            first = next((s for s, ret in points if ret >= 0.9), None)
+            runs.append({"seed": seed, "final": points[-1][1] if points else None,
+                         "steps_to_0.9": first, "seconds": round(time.time() - t0, 1),
+                         "curve": points})
+            print(f"  {name} seed {seed}: final {runs[-1]['final']} first>=0.9 at {first} "
+                  f"({runs[-1]['seconds']}s)", flush=True)
+        out["runs"][name] = runs
+    return out
+
+
+def plot_curves(curves: dict[str, Any], path: str) -> None:
+    """Mean and min-max band over seeds of the evaluation return vs env steps."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, runs in curves["runs"].items():
+        n = min(len(r["curve"]) for r in runs)
+        steps = np.array([p[0] for p in runs[0]["curve"][:n]])
+        ret = np.array([[p[1] for p in r["curve"][:n]] for r in runs])
+        ax.plot(steps, ret.mean(0), label=f"{name} (mean of {len(runs)})")
+        ax.fill_between(steps, ret.min(0), ret.max(0), alpha=0.2)
+    ax.axhline(0.9, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("greedy eval return")
+    ax.set_title(f"{curves['env']}: full agent, min-max band over seeds")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def curves_main(args: argparse.Namespace) -> None:
+    """`--curves`: runs `run_curves`, merges it into `results.json`, plots it."""
+    t0 = time.time()
+    curves = run_curves(args)
+    curves["seconds"] = round(time.time() - t0, 1)
+    curves["command"] = args.command
+    path = os.path.join(args.out, "results.json")
+    summary = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            summary = json.load(f)
+    summary["learning_curves"] = curves
+    _write_json(summary, path)
+    if not args.no_plots:
+        plot_curves(curves, os.path.join(args.out, f"learning_curves_{args.curve_env}.png"))
+    print("| variant | final eval return per seed | env steps to first >= 0.9 |")
+    print("|---|---|---|")
+    for name, runs in curves["runs"].items():
+        finals = ", ".join(f"{r['final']:.2f}" for r in runs)
+        firsts = ", ".join(str(r["steps_to_0.9"]) for r in runs)
+        print(f"| {name} | {finals} | {firsts} |")
+    print(f"curves in {curves['seconds']:.0f}s")
+
+
+def _write_json(summary: dict[str, Any], path: str) -> None:
+    text = json.dumps(summary, indent=1)
+    # One line per list of numbers, to keep the file small and readable.
+    text = re.sub(r"\[[-0-9.,\se+\[\]]*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text)
+    with open(path, "w") as f:
+        f.write(text + "\n")
+
+
 def learning_loop_status() -> str:
     """Whether `muzero_jax.learning.make_train` can train with another loss.
 
@@ -948,13 +1134,19 @@ def learning_loop_status() -> str:
     if not any("loss" in name for name in params):
         return ("pending: muzero_jax.learning.make_train exists but takes no loss argument "
                 f"(its parameters: {', '.join(params)}), so the variants cannot be swapped in")
-    return "available: muzero_jax.learning.make_train takes a loss (not used yet by this script)"
+    return "available: make_train takes a loss; run this script with --curves"
 
 
 def main(argv=None) -> None:
     """Runs the experiment and writes `results.json` and the plots to `--out`."""
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
+    if args.curves:
+        args.command = "python experiments/gradient_scaling.py " + " ".join(
+            argv if argv is not None else __import__("sys").argv[1:]
+        )
+        curves_main(args)
+        return
     t0 = time.time()
     summary: dict[str, Any] = {
         "command": "python experiments/gradient_scaling.py " + " ".join(
@@ -969,12 +1161,14 @@ def main(argv=None) -> None:
         print(f"{env}:", flush=True)
         summary["envs"][env] = summarise(run_env(env, args))
     summary["learning_curves"] = learning_loop_status()
+    path = os.path.join(args.out, "results.json")
+    if os.path.exists(path):  # Keep the curves of an earlier `--curves` run.
+        with open(path) as f:
+            previous = json.load(f).get("learning_curves")
+        if isinstance(previous, dict):
+            summary["learning_curves"] = previous
     summary["seconds"] = round(time.time() - t0, 1)
-    text = json.dumps(summary, indent=1)
-    # One line per list of numbers, to keep the file small and readable.
-    text = re.sub(r"\[[-0-9.,\se+]*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        f.write(text + "\n")
+    _write_json(summary, path)
     if not args.no_plots:
         summary["plots"] = plot(summary, args.out)
     print(markdown_tables(summary))
