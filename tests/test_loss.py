@@ -1,5 +1,7 @@
 """Fidelity of the unrolled loss to the MuZero pseudocode's `update_weights`."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -16,6 +18,8 @@ from muzero_jax import (
 )
 
 NUM_ACTIONS = 3
+# These tests are dominated by compiling; XLA's backend optimisations only slow that down.
+jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 VALUE_SUPPORT = make_support(5)
 REWARD_SUPPORT = make_support(3)
 
@@ -128,7 +132,7 @@ def _max_rel_diff(a, b):
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_gradients_match_pseudocode(kind, k):
     nets, obs_shape = _networks(kind)
-    both = jax.jit(lambda p, b: (
+    both = jit(lambda p, b: (
         jax.value_and_grad(_library_loss)(p, b, nets),
         jax.value_and_grad(pseudocode_loss)(p, b, nets),
     ))
@@ -147,7 +151,7 @@ def test_gradients_differ_without_the_half(kind):
     nets, obs_shape = _networks(kind)
     params = _random_params(nets, obs_shape, 3)
     batch = _random_batch(obs_shape, 4, 5, 11)
-    lib, ok, no_half, late, lib_value, no_half_value = jax.jit(lambda p: (
+    lib, ok, no_half, late, lib_value, no_half_value = jit(lambda p: (
         jax.grad(_library_loss)(p, batch, nets),
         jax.grad(pseudocode_loss)(p, batch, nets),
         jax.grad(lambda q: pseudocode_loss(q, batch, nets, hidden_scale=1.0))(p),

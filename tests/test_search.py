@@ -84,17 +84,20 @@ def test_root_and_recurrent_outputs():
 
 @pytest.mark.parametrize("name", ["muzero", "gumbel_muzero"])
 def test_builtin_searches_find_the_best_arm(name):
-    out = _run(resolve_search(name))
+    # Without root noise the visit counts must concentrate on the best arm.
+    no_noise = {"dirichlet_fraction": 0.0} if name == "muzero" else {}
+    out = _run(resolve_search(name, no_noise))
     assert np.all(np.argmax(out.action_weights, -1) == BEST)
     if name == "gumbel_muzero":  # deterministic given the Gumbel noise
         np.testing.assert_array_equal(out.action, BEST)
-    greedy = _run(resolve_search(name, {"temperature": 0.0} if name == "muzero" else {}))
+    greedy = _run(resolve_search(name, {"temperature": 0.0, **no_noise} if no_noise else {}))
     np.testing.assert_array_equal(greedy.action, BEST)
 
 
 def test_invalid_actions_are_never_chosen():
     invalid = jnp.zeros((3, NUM_ACTIONS), bool).at[:, BEST].set(True)
-    for fn in (resolve_search("muzero", {"temperature": 0.0}), resolve_search("gumbel_muzero")):
+    greedy_muzero = resolve_search("muzero", {"temperature": 0.0, "dirichlet_fraction": 0.0})
+    for fn in (greedy_muzero, resolve_search("gumbel_muzero")):
         out = _run(fn, invalid=invalid)
         np.testing.assert_array_equal(out.action, 1)  # the next best arm
         np.testing.assert_allclose(out.action_weights[:, BEST], 0.0)
