@@ -1,0 +1,148 @@
+"""Multi-host runs: `jax.distributed` start-up, and placing host values on a global mesh.
+
+A run that spans hosts is one SPMD program over all processes' devices
+(multi-controller JAX): every process runs the same Python, builds the same
+mesh over `jax.devices()` (all processes' devices) and calls the same jitted
+iteration; XLA's collectives (`lax.pmean`) cross hosts. Only process 0 writes
+logs and checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = [
+    "DistributedConfig",
+    "initialize",
+    "is_main_process",
+    "place_on_mesh",
+]
+
+_HOST_PORT = re.compile(r"^[A-Za-z0-9.\-_\[\]:]+:(\d{1,5})$")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    """How this process joins a multi-host run.
+
+    Attributes:
+      coordinator: `HOST:PORT` of process 0's coordination service; empty to
+        let `jax.distributed.initialize()` detect the cluster (TPU pods,
+        Slurm, Open MPI) when `auto` is set.
+      num_processes: processes in the run (0 with `auto`: detected).
+      process_id: this process's index in `[0, num_processes)`.
+      auto: call `jax.distributed.initialize()` with no arguments and let it
+        detect the cluster environment.
+      timeout_s: give up (with a clear error) if the coordinator cannot be
+        reached within this many seconds.
+    """
+
+    coordinator: str = ""
+    num_processes: int = 0
+    process_id: int = -1
+    auto: bool = False
+    timeout_s: int = 120
+
+    def __post_init__(self):
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.auto:
+            if self.coordinator or self.num_processes or self.process_id >= 0:
+                raise ValueError(
+                    "--distributed-auto detects the cluster; do not also give "
+                    "--coordinator, --num-processes or --process-id"
+                )
+            return
+        given = [bool(self.coordinator), self.num_processes > 0, self.process_id >= 0]
+        if any(given) and not all(given):
+            raise ValueError(
+                "a multi-host run needs all of --coordinator HOST:PORT, --num-processes P "
+                "and --process-id I (or --distributed-auto)"
+            )
+        if not any(given):
+            return
+        match = _HOST_PORT.match(self.coordinator)
+        if match is None or not 0 < int(match.group(1)) < 65536:
+            raise ValueError(f"--coordinator must be HOST:PORT, got {self.coordinator!r}")
+        if self.num_processes < 1:
+            raise ValueError(f"--num-processes must be >= 1, got {self.num_processes}")
+        if not 0 <= self.process_id < self.num_processes:
+            raise ValueError(
+                f"--process-id must be in [0, {self.num_processes}), got {self.process_id}"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this run spans processes."""
+        return self.auto or bool(self.coordinator)
+
+
+def initialize(config: DistributedConfig) -> None:
+    """Joins the multi-host run described by `config` (no-op when not enabled).
+
+    Must run before any other JAX call that touches devices. On CPU the
+    collectives go through gloo.
+
+    Raises:
+      RuntimeError: the coordinator could not be reached in time, with the
+        address and the timeout in the message (instead of hanging).
+    """
+    if not config.enabled:
+        return
+    # Only affects collectives between CPU devices (GPU/TPU use their own).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        if config.auto:
+            jax.distributed.initialize(initialization_timeout=config.timeout_s)
+        else:
+            jax.distributed.initialize(
+                coordinator_address=config.coordinator,
+                num_processes=config.num_processes,
+                process_id=config.process_id,
+                initialization_timeout=config.timeout_s,
+            )
+    except Exception as e:  # noqa: BLE001 - one clear message for any start-up failure
+        where = config.coordinator or "the auto-detected coordinator"
+        raise RuntimeError(
+            f"could not join the multi-host run at {where} within {config.timeout_s}s "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from e
+
+
+def is_main_process() -> bool:
+    """True on the process that writes logs and checkpoints (process 0)."""
+    return jax.process_index() == 0
+
+
+def place_on_mesh(tree: Any, shardings: Any) -> Any:
+    """Places host-computed values on (possibly multi-host) shardings.
+
+    `shardings` is a tree of `jax.sharding.Sharding`s matching `tree` or a
+    prefix of it.
+
+    Single-process: `jax.device_put`. Multi-process: every process holds the
+    same full value (computed from the same seed), and each builds only the
+    shards its own devices own (`jax.make_array_from_callback`), so no process
+    needs to address another's devices.
+    """
+
+    def place(x, sharding):
+        if sharding.is_fully_addressable:
+            return jax.device_put(x, sharding)
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            impl = jax.random.key_impl(x)
+            data = place(jax.random.key_data(x), sharding)
+            return jax.random.wrap_key_data(data, impl=impl)
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    # `shardings` may be a prefix of `tree` (one sharding per subtree).
+    return jax.tree.map(
+        lambda sharding, subtree: jax.tree.map(lambda x: place(x, sharding), subtree),
+        shardings, tree, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding),
+    )
