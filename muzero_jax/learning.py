@@ -37,6 +37,7 @@ from muzero_jax.acting import (
     temperature_at,
 )
 from muzero_jax.config import Config
+from muzero_jax.distributed import place_on_mesh
 from muzero_jax.envs import Environment, make_env
 from muzero_jax.loss import LossBatch, unrolled_loss
 from muzero_jax.networks import Networks, make_networks
@@ -460,7 +461,7 @@ def make_train(
         )
         shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
                                  is_leaf=lambda x: isinstance(x, P))
-        return jax.device_put(state, shardings)
+        return place_on_mesh(state, shardings)
 
     evaluate = make_evaluate(
         env, root_fn, recurrent_fn, search_fn,
