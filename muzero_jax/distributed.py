@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import socket
+import time
 from typing import Any
 
 import jax
@@ -96,6 +98,8 @@ def initialize(config: DistributedConfig) -> None:
         return
     # Only affects collectives between CPU devices (GPU/TPU use their own).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if not config.auto and config.process_id > 0:
+        _wait_for_coordinator(config.coordinator, config.timeout_s)
     try:
         if config.auto:
             jax.distributed.initialize(initialization_timeout=config.timeout_s)
@@ -112,6 +116,28 @@ def initialize(config: DistributedConfig) -> None:
             f"could not join the multi-host run at {where} within {config.timeout_s}s "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         ) from e
+
+
+def _wait_for_coordinator(address: str, timeout_s: float) -> None:
+    """Waits until process 0's coordination service accepts connections.
+
+    JAX's client aborts the whole process (a fatal log, no exception) when the
+    coordinator stays unreachable; probing first turns that into a clear error.
+    """
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2.0):
+                return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"could not join the multi-host run at {address} within {timeout_s}s "
+                    f"(the coordinator, process 0, is not reachable: {e.strerror or e})"
+                ) from e
+            time.sleep(0.5)
 
 
 def is_main_process() -> bool:
