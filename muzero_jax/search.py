@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -29,6 +30,8 @@ __all__ = [
     "make_root_fn",
     "make_recurrent_fn",
     "resolve_search",
+    "batch_search",
+    "check_search_fn",
 ]
 
 
@@ -217,6 +220,86 @@ def batch_search(
     return run
 
 
+_POSITIONAL = ("params", "rng_key", "root", "recurrent_fn")
+_KEYWORDS = ("num_simulations", "invalid_actions")
+_SIGNATURE = "(params, rng_key, root, recurrent_fn, *, num_simulations, invalid_actions, ...)"
+
+
+def _search_name(search_fn: Callable[..., Any]) -> str:
+    """A readable name for error messages (unwraps `functools.partial`)."""
+    fn = search_fn
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if name is None:
+        return repr(search_fn)
+    return f"{module}.{name}" if module else name
+
+
+def _check_signature(search_fn: Callable[..., Any], name: str) -> None:
+    """Checks that mctx's policy call `fn(p, k, root, rec, num_simulations=, invalid_actions=)`
+    binds, and names what does not."""
+    if not callable(search_fn):
+        raise ValueError(f"search {search_fn!r} is a {type(search_fn).__name__}, not a callable")
+    base = search_fn
+    while isinstance(base, functools.partial):
+        base = base.func
+    try:
+        base_signature = inspect.signature(base)
+    except (TypeError, ValueError):  # e.g. a C callable: tracing will tell
+        return
+    base_params = base_signature.parameters
+    takes_any_keyword = any(p.kind is p.VAR_KEYWORD for p in base_params.values())
+    if isinstance(search_fn, functools.partial) and not takes_any_keyword:
+        unknown = sorted(
+            key
+            for key in search_fn.keywords
+            if key not in base_params or base_params[key].kind is inspect.Parameter.POSITIONAL_ONLY
+        )
+        if unknown:
+            raise ValueError(
+                f"search {name} does not take the keyword argument(s) {', '.join(unknown)} "
+                f"bound by search_kwargs; it takes: {', '.join(base_params)}"
+            )
+    try:
+        signature = inspect.signature(search_fn)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"search {name}: its arguments do not bind ({e})") from e
+    params = signature.parameters
+    takes_any_keyword = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    missing = [
+        key
+        for key in _KEYWORDS
+        if (key not in params or params[key].kind is inspect.Parameter.POSITIONAL_ONLY)
+        and not takes_any_keyword
+    ]
+    if missing:
+        raise ValueError(
+            f"search {name} does not accept the keyword argument(s) {', '.join(missing)}: "
+            f"mctx's policy signature is {_SIGNATURE}"
+        )
+    positional = [
+        p
+        for p in params.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in _KEYWORDS
+    ]
+    takes_any_positional = any(p.kind is p.VAR_POSITIONAL for p in params.values())
+    if len(positional) < len(_POSITIONAL) and not takes_any_positional:
+        raise ValueError(
+            f"search {name} takes {len(positional)} positional argument(s) "
+            f"({', '.join(p.name for p in positional) or 'none'}) but is called with 4 "
+            f"(params, rng_key, root, recurrent_fn): mctx's policy signature is {_SIGNATURE}"
+        )
+    try:
+        signature.bind(*_POSITIONAL, num_simulations=1, invalid_actions=None)
+    except TypeError as e:
+        raise ValueError(
+            f"search {name} cannot be called as {_SIGNATURE}: {e} "
+            "(bind extra required arguments with search_kwargs)"
+        ) from e
+
+
 def check_search_fn(
     search_fn: Callable[..., mctx.PolicyOutput],
     root_fn: RootFn,
@@ -227,28 +310,61 @@ def check_search_fn(
     *,
     num_simulations: int,
 ) -> None:
-    """Traces a search once with abstract shapes and checks its output.
+    """Checks a search's signature, then traces it once with abstract shapes.
+
+    The search is called exactly as acting calls it (`batch_search`), under
+    `jax.eval_shape`: nothing is compiled or run. Every argument may be a
+    `jax.ShapeDtypeStruct`.
+
+    Args:
+      search_fn: the search to check.
+      root_fn: builds the root from observations.
+      recurrent_fn: mctx's recurrent function.
+      params: network parameters (or their shapes).
+      observation: `[B, *obs]` observations (or their shape).
+      legal_action_mask: `[B, A]` booleans (or their shape).
+      num_simulations: the simulation budget acting will use.
 
     Raises:
-      ValueError: naming what is wrong (signature, output type or shapes),
-        before anything is compiled.
+      ValueError: one message naming what is wrong: the signature (too few
+        positional arguments, a missing keyword argument, a `search_kwargs` key
+        it does not take), an error raised while tracing it, the output type,
+        or the shape/dtype of `action [B]`, `action_weights [B, A]` or the
+        root value `search_tree.node_values[:, 0]` that acting reads.
     """
+    name = _search_name(search_fn)
+    _check_signature(search_fn, name)
     run = batch_search(search_fn, root_fn, recurrent_fn, num_simulations=num_simulations)
-    name = getattr(search_fn, "__name__", repr(search_fn))
     try:
         out = jax.eval_shape(run, params, jax.random.key(0), observation, legal_action_mask)
-    except TypeError as e:
+    except Exception as e:  # noqa: BLE001 - any failure while tracing the user's code
         raise ValueError(
-            f"search {name} cannot be called with mctx's policy signature "
-            f"(params, rng_key, root, recurrent_fn, *, num_simulations, invalid_actions): {e}"
+            f"search {name} failed when traced with abstract inputs (root.prior_logits "
+            f"{tuple(legal_action_mask.shape)}, num_simulations={num_simulations}): "
+            f"{type(e).__name__}: {e}"
         ) from e
     batch, num_actions = legal_action_mask.shape
     if not isinstance(out, mctx.PolicyOutput):
         raise ValueError(f"search {name} must return mctx.PolicyOutput, got {type(out).__name__}")
-    if tuple(out.action.shape) != (batch,):
-        raise ValueError(f"search {name}: action has shape {out.action.shape}, expected ({batch},)")
-    if tuple(out.action_weights.shape) != (batch, num_actions):
+    action = getattr(out.action, "shape", None)
+    if action is None or tuple(action) != (batch,):
+        raise ValueError(f"search {name}: action has shape {action}, expected ({batch},)")
+    if not jnp.issubdtype(out.action.dtype, jnp.integer):
+        raise ValueError(f"search {name}: action has dtype {out.action.dtype}, expected integers")
+    weights = getattr(out.action_weights, "shape", None)
+    if weights is None or tuple(weights) != (batch, num_actions):
         raise ValueError(
-            f"search {name}: action_weights has shape {out.action_weights.shape}, "
-            f"expected ({batch}, {num_actions})"
+            f"search {name}: action_weights has shape {weights}, expected ({batch}, {num_actions})"
+        )
+    if not jnp.issubdtype(out.action_weights.dtype, jnp.floating):
+        raise ValueError(
+            f"search {name}: action_weights has dtype {out.action_weights.dtype}, expected floats"
+        )
+    node_values = getattr(out.search_tree, "node_values", None)
+    shape = getattr(node_values, "shape", None)
+    if shape is None or len(shape) != 2 or shape[0] != batch or shape[1] < 1:
+        raise ValueError(
+            f"search {name}: search_tree must be an mctx.Tree whose node_values has shape "
+            f"({batch}, num_nodes) (acting reads the root value node_values[:, 0]), got "
+            f"{type(out.search_tree).__name__} with node_values shape {shape}"
         )

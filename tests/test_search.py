@@ -59,13 +59,30 @@ def bandit_networks(rewards=(0.0, 0.1, 1.0, 0.0)):
                     recurrent_inference, NUM_ACTIONS, SUPPORT.num_bins, SUPPORT.num_bins)
 
 
-def _run(search, *, two_player=False, invalid=None, num_simulations=32, batch=3):
+# Compiling a search dominates these tests: each built-in is compiled once (XLA
+# backend optimisations off) and its hyper-parameters are traced arguments.
+_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
+
+
+@functools.cache
+def _compiled(name, num_simulations=32, batch=3):
     nets = bandit_networks()
     root_fn = make_root_fn(nets, SUPPORT)
-    rec_fn = make_recurrent_fn(nets, SUPPORT, SUPPORT, discount=0.9, two_player=two_player)
+    rec_fn = make_recurrent_fn(nets, SUPPORT, SUPPORT, discount=0.9)
+
+    def run(legal, kwargs):
+        search = functools.partial(BUILTIN_SEARCHES[name], **kwargs)
+        run = batch_search(search, root_fn, rec_fn, num_simulations=num_simulations)
+        return run({}, jax.random.key(0), jnp.zeros((batch, 2)), legal)
+
+    return _jit(run)
+
+
+def _run(name, *, invalid=None, batch=3, **kwargs):
     legal = jnp.ones((batch, NUM_ACTIONS), bool) if invalid is None else ~invalid
-    run = jax.jit(batch_search(search, root_fn, rec_fn, num_simulations=num_simulations))
-    return run({}, jax.random.key(0), jnp.zeros((batch, 2)), legal)
+    if name == "muzero":  # always the same traced arguments: one compilation
+        kwargs = {"temperature": 1.0, "dirichlet_fraction": 0.25, **kwargs}
+    return _compiled(name)(legal, {k: jnp.float32(v) for k, v in kwargs.items()})
 
 
 def test_root_and_recurrent_outputs():
@@ -86,19 +103,20 @@ def test_root_and_recurrent_outputs():
 def test_builtin_searches_find_the_best_arm(name):
     # Without root noise the visit counts must concentrate on the best arm.
     no_noise = {"dirichlet_fraction": 0.0} if name == "muzero" else {}
-    out = _run(resolve_search(name, no_noise))
+    out = _run(name, **no_noise)
     assert np.all(np.argmax(out.action_weights, -1) == BEST)
     if name == "gumbel_muzero":  # deterministic given the Gumbel noise
         np.testing.assert_array_equal(out.action, BEST)
-    greedy = _run(resolve_search(name, {"temperature": 0.0, **no_noise} if no_noise else {}))
-    np.testing.assert_array_equal(greedy.action, BEST)
+    else:
+        greedy = _run(name, temperature=0.0, **no_noise)
+        np.testing.assert_array_equal(greedy.action, BEST)
 
 
 def test_invalid_actions_are_never_chosen():
     invalid = jnp.zeros((3, NUM_ACTIONS), bool).at[:, BEST].set(True)
-    greedy_muzero = resolve_search("muzero", {"temperature": 0.0, "dirichlet_fraction": 0.0})
-    for fn in (greedy_muzero, resolve_search("gumbel_muzero")):
-        out = _run(fn, invalid=invalid)
+    for name, kwargs in (("muzero", {"temperature": 0.0, "dirichlet_fraction": 0.0}),
+                         ("gumbel_muzero", {})):
+        out = _run(name, invalid=invalid, **kwargs)
         np.testing.assert_array_equal(out.action, 1)  # the next best arm
         np.testing.assert_allclose(out.action_weights[:, BEST], 0.0)
 
@@ -106,9 +124,17 @@ def test_invalid_actions_are_never_chosen():
 def test_search_kwargs_are_bound():
     fn = resolve_search("muzero", {"dirichlet_fraction": 0.0, "temperature": 0.0})
     assert isinstance(fn, functools.partial)
+    assert fn.func is mctx.muzero_policy
     assert fn.keywords == {"dirichlet_fraction": 0.0, "temperature": 0.0}
-    out = _run(fn)
-    np.testing.assert_array_equal(out.action, BEST)
+
+
+def test_builtin_names():
+    from muzero_jax.puct import muzero_paper_policy, puct_policy
+
+    assert BUILTIN_SEARCHES["muzero"] is mctx.muzero_policy
+    assert BUILTIN_SEARCHES["gumbel_muzero"] is mctx.gumbel_muzero_policy
+    assert BUILTIN_SEARCHES["puct"] is puct_policy
+    assert BUILTIN_SEARCHES["muzero_paper"] is muzero_paper_policy
 
 
 def test_resolve_module_attr_and_callable():
@@ -133,27 +159,99 @@ def test_resolve_errors(spec, message):
         resolve_search(spec)
 
 
-def test_check_search_fn_reports_bad_searches():
+def _checker(num_simulations=4):
     nets = bandit_networks()
     root_fn = make_root_fn(nets, SUPPORT)
     rec_fn = make_recurrent_fn(nets, SUPPORT, SUPPORT, discount=0.9)
-    obs = jnp.zeros((2, 3))
-    legal = jnp.ones((2, NUM_ACTIONS), bool)
-    check = functools.partial(check_search_fn, root_fn=root_fn, recurrent_fn=rec_fn, params={},
-                              observation=obs, legal_action_mask=legal, num_simulations=4)
-    check(mctx.gumbel_muzero_policy)
+    # Abstract shapes, as make_train passes them.
+    obs = jax.ShapeDtypeStruct((2, 3), jnp.float32)
+    legal = jax.ShapeDtypeStruct((2, NUM_ACTIONS), jnp.bool_)
+    return functools.partial(check_search_fn, root_fn=root_fn, recurrent_fn=rec_fn, params={},
+                             observation=obs, legal_action_mask=legal,
+                             num_simulations=num_simulations)
 
-    def no_kwargs(params, rng_key, root, recurrent_fn):
-        return None
 
-    with pytest.raises(ValueError, match="policy signature"):
-        check(no_kwargs)
+def _policy_output(action, weights, node_values):
+    tree = mctx.Tree(
+        node_visits=None, raw_values=None, node_values=node_values, parents=None,
+        action_from_parent=None, children_index=None, children_prior_logits=None,
+        children_visits=None, children_rewards=None, children_discounts=None,
+        children_values=None, embeddings=None, root_invalid_actions=None, extra_data=None,
+    ) if node_values is not None else None
+    return mctx.PolicyOutput(action=action, action_weights=weights, search_tree=tree)
 
-    def wrong_output(params, rng_key, root, recurrent_fn, *, num_simulations, invalid_actions):
-        return root.value
 
-    with pytest.raises(ValueError, match="must return mctx.PolicyOutput"):
-        check(wrong_output)
+def _fake_search(action=None, weights=None, node_values=None):
+    """A search returning chosen shapes (defaults: the right ones for the checker)."""
+
+    def search(params, rng_key, root, recurrent_fn, *, num_simulations, invalid_actions):
+        batch, num_actions = root.prior_logits.shape
+        return _policy_output(
+            jnp.zeros((batch,), jnp.int32) if action is None else action,
+            jnp.zeros((batch, num_actions)) if weights is None else weights,
+            jnp.zeros((batch, num_simulations + 1)) if node_values is None else node_values,
+        )
+
+    return search
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_SEARCHES))
+def test_check_search_fn_accepts_builtins(name):
+    _checker()(resolve_search(name))
+    _checker()(_fake_search())  # the well-formed fake is accepted too
+
+
+def _three_args(params, rng_key, root, *, num_simulations, invalid_actions):
+    del params, rng_key, root, num_simulations, invalid_actions
+
+
+def _no_invalid_actions(params, rng_key, root, recurrent_fn, *, num_simulations):
+    del params, rng_key, root, recurrent_fn, num_simulations
+
+
+def _needs_extra(params, rng_key, root, recurrent_fn, *, num_simulations, invalid_actions, c):
+    del params, rng_key, root, recurrent_fn, num_simulations, invalid_actions, c
+
+
+def _raises_inside(params, rng_key, root, recurrent_fn, *, num_simulations, invalid_actions):
+    return root.prior_logits @ jnp.zeros((3, 3))  # [2, 4] @ [3, 3]: shapes do not match
+
+
+@pytest.mark.parametrize(
+    "search, message",
+    [
+        pytest.param(42, "not a callable", id="not-callable"),
+        pytest.param(_three_args, r"takes 3 positional argument\(s\) \(params, rng_key, root\) "
+                     r"but is called with 4", id="too-few-positional"),
+        pytest.param(_no_invalid_actions, "does not accept the keyword argument.s. invalid_actions",
+                     id="missing-keyword"),
+        pytest.param(lambda p, k, r, f: None,
+                     "does not accept the keyword argument.s. num_simulations, invalid_actions",
+                     id="missing-keywords"),
+        pytest.param(functools.partial(mctx.muzero_policy, pb_c=1.0),
+                     "does not take the keyword argument.s. pb_c bound by search_kwargs",
+                     id="unknown-search-kwarg"),
+        pytest.param(_needs_extra, "cannot be called as .*missing a required argument: 'c'",
+                     id="extra-required"),
+        pytest.param(_raises_inside, "failed when traced.*TypeError", id="fails-in-trace"),
+        pytest.param(lambda p, k, r, f, **kw: r.value, "must return mctx.PolicyOutput, got",
+                     id="wrong-output-type"),
+        pytest.param(_fake_search(action=jnp.zeros((2, 1), jnp.int32)),
+                     r"action has shape \(2, 1\), expected \(2,\)", id="action-shape"),
+        pytest.param(_fake_search(action=jnp.zeros((2,))), "action has dtype float32",
+                     id="action-dtype"),
+        pytest.param(_fake_search(weights=jnp.zeros((2, 3))),
+                     r"action_weights has shape \(2, 3\), expected \(2, 4\)",
+                     id="weights-shape"),
+        pytest.param(_fake_search(node_values=jnp.zeros((5,))),
+                     r"node_values has shape \(2, num_nodes\).*got Tree with node_values shape "
+                     r"\(5,\)", id="tree-shape"),
+    ],
+)
+def test_check_search_fn_names_what_is_wrong(search, message):
+    with pytest.raises(ValueError, match=message) as info:
+        _checker()(search)
+    assert "\n" not in str(info.value)  # one line
 
 
 def test_bad_discount():
