@@ -10,29 +10,27 @@ qtransform=qtransform_by_tree_min_max)`.
 
 Where the time goes in `mctx.muzero_policy`
 -------------------------------------------
-Measured at A=9 actions, B=256, N=50 simulations on a 2-core x86 CPU (jax
-0.10.2, mctx 0.0.71, the MLP of `muzero_jax.bench.search`): ~400 ms per call,
-~32k simulations/s, against ~143k for `gumbel_muzero_policy`. Shares are of
-kernel time in a `jax.profiler` trace, kernels mapped back to source lines;
-ablations swap the selection functions given to `mctx.search`.
+At A=9 actions, B=256, N=50 simulations on a 2-core x86 CPU (jax 0.10.2, mctx
+0.0.71, the network of `muzero_jax.bench.search`); docs/search.md has the
+commands and the measured numbers. Kernel-time shares are from a
+`jax.profiler` trace taken while this module was written (not re-measured
+since); the ablation and the trip counts are re-measured by the bench command.
 
-1. Tie-break noise, ~57%. `muzero_action_selection` adds `1e-7 * uniform(key,
-   [A])` to every score, at every depth of every simulation for every example,
-   after splitting a key per depth. On CPU a threefry call is a rolled 5-step
-   loop of small kernels (33% in its rounds, 20% in copies of its loop state, 5%
-   in the key splits), and under `vmap` the root/interior `lax.cond` becomes a
-   select that evaluates both branches, so the noise is drawn twice per step.
-   Dropping the noise alone takes a call from 0.43 s to 0.30 s; a descent step
-   costs ~300 us for the batch.
+1. Tie-break noise (~57% of kernel time in that trace).
+   `muzero_action_selection` adds `1e-7 * uniform(key, [A])` to every score, at
+   every depth of every simulation for every example, after splitting a key
+   per depth. On CPU a threefry call is a rolled loop of small kernels, and
+   under `vmap` the root/interior `lax.cond` becomes a select that evaluates
+   both branches, so the noise is drawn twice per step.
 2. Batched loop trip counts. `simulate` and `backward` are vmapped while loops,
-   and a vmapped loop runs until its deepest example is done: 683 iterations
-   per call (13.7 per simulation) while the mean leaf depth is 4.5. PUCT trees
-   are deeper than Gumbel MuZero's (263 iterations on the same network), which
-   is why the cost grows with depth and with A (issues #81, #93).
-3. `backward`, ~21%: the vmapped while loop carries the whole tree, and with a
+   and a vmapped loop runs until its deepest example is done; PUCT trees are
+   deep (mean depth of a new node 14.8 on the benchmark network, 7.5 for
+   Gumbel MuZero), so the cost grows with depth and with A (mctx issues #81,
+   #93).
+3. `backward` (~21%): the vmapped while loop carries the whole tree, and with a
    batched predicate every iteration selects between the old and the new tree,
-   copying the `[B, N + 1, A]` child arrays (7% in those copies alone).
-4. The rest: qtransform, score and argmax ~11%, the network ~3%.
+   copying the `[B, N + 1, A]` child arrays.
+4. The rest: qtransform, score and argmax (~11%), the network (~3%).
 
 What this module does instead (same operations in the same order, so the
 results are identical):
@@ -54,15 +52,11 @@ results are identical):
   simulation end on an existing node; the per-simulation keys are drawn up
   front.
 
-Result on the same machine: 175k simulations/s at A=9, B=256, N=50 (5.5x
-`mctx.muzero_policy`, 1.2x `gumbel_muzero_policy`) and 1.3x to 5.5x over the
-grid A in {2, 4, 9}, B in {1, 16, 256}, N in {16, 50}; see
-`python -m muzero_jax.bench.search`. What remains at A=9, B=256, N=50: the
-descent ~59% (about 21 small kernels per depth step: row gathers, the
-qtransform's two reductions, score, argmax and near-tie test, path update), the
-network 16%, backpropagation 14%, loop-carry copies 5%, expansion 2%, Dirichlet
-noise 2%. At B=1 per-kernel dispatch overhead dominates (~130 kernels per
-simulation).
+The speed-ups over the grid A in {2, 4, 9}, B in {1, 16, 256}, N in {16, 50}
+are in docs/search.md (`python -m muzero_jax.bench.search`). In the earlier
+trace, what remained at A=9, B=256, N=50 was mostly the descent (~21 small
+kernels per depth step), then the network and backpropagation; at B=1
+per-kernel dispatch overhead dominates.
 """
 
 from __future__ import annotations

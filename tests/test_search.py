@@ -1,6 +1,7 @@
 """Tests of the mctx adapter: root/recurrent functions, resolver, checks."""
 
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -257,3 +258,33 @@ def test_check_search_fn_names_what_is_wrong(search, message):
 def test_bad_discount():
     with pytest.raises(ValueError, match="discount"):
         make_recurrent_fn(bandit_networks(), SUPPORT, SUPPORT, discount=1.5)
+
+
+def test_bench_search_main_writes_json(tmp_path, capsys):
+    from muzero_jax.bench import search as bench
+
+    out = tmp_path / "rows.json"
+    argv = ["--actions", "2", "--batch", "1", "--simulations", "2", "--repeats", "2",
+            "--policies", "mctx_muzero", "--json", str(out)]  # one compilation
+    assert bench.main(argv) == 0
+    data = json.loads(out.read_text())
+    assert data["argv"] == argv
+    for key in ("date", "machine", "device", "jax", "mctx", "backend", "load_average"):
+        assert key in data["machine"]
+    assert [r["policy"] for r in data["rows"]] == ["mctx_muzero"]
+    for row in data["rows"]:
+        assert (row["actions"], row["batch"], row["simulations"]) == (2, 1, 2)
+        assert (row["repeats"], row["seed"]) == (2, 0)
+        assert row["sims_per_s"] == pytest.approx(2 / row["median_s"])
+    assert data["rows"][0]["speedup_vs_mctx_muzero"] == 1.0
+    assert "| 2 | 1 | 2 |" in capsys.readouterr().out  # the Markdown table
+
+
+@pytest.mark.parametrize("argv", [["--policies", "nope"], ["--actions", "0"], ["--repeats", "0"]])
+def test_bench_search_rejects_bad_arguments(argv, capsys):
+    from muzero_jax.bench import search as bench
+
+    with pytest.raises(SystemExit) as info:
+        bench.main(argv)
+    assert info.value.code == 2
+    assert "error:" in capsys.readouterr().err

@@ -343,6 +343,43 @@ def run_search_benchmark(
     return rows
 
 
+def depth_stats(
+    name: str, num_actions: int, batch_size: int, num_simulations: int, seed: int = 0
+) -> dict[str, Any]:
+    """How deep one search goes, and what that costs mctx's vmapped loops.
+
+    Simulation `i` creates node `i + 1` at depth `d_b` in example `b`; mctx's
+    `simulate` and `backward` are while loops vmapped over the batch, so each
+    runs `max_b d_b` iterations for that simulation, where an unbatched search
+    would need `mean_b d_b` on average.
+
+    Returns:
+        `{"policy", "actions", "batch", "simulations", "mean_leaf_depth",
+        "batched_loop_iterations", "mean_loop_iterations"}`, the last two summed
+        over the simulations of one call and counting `simulate` and `backward`.
+    """
+    params = init_network(jax.random.PRNGKey(seed), num_actions)
+    observation = jax.random.normal(jax.random.PRNGKey(seed + 1), (batch_size, OBSERVATION_SIZE))
+    search = jax.jit(
+        lambda p, o, k: POLICIES[name](p, k, root_fn(p, o), recurrent_fn, num_simulations)
+    )
+    tree = jax.device_get(search(params, observation, jax.random.PRNGKey(seed + 2)).search_tree)
+    parents = np.asarray(tree.parents)
+    depth = np.zeros(parents.shape, np.int64)
+    for node in range(1, parents.shape[1]):
+        depth[:, node] = depth[np.arange(batch_size), parents[:, node]] + 1
+    created = depth[:, 1:]  # [B, N] depth of the node created by each simulation
+    return {
+        "policy": name,
+        "actions": num_actions,
+        "batch": batch_size,
+        "simulations": num_simulations,
+        "mean_leaf_depth": float(created.mean()),
+        "batched_loop_iterations": int(2 * created.max(axis=0).sum()),
+        "mean_loop_iterations": float(2 * created.mean(axis=0).sum()),
+    }
+
+
 def format_table(rows: Sequence[dict[str, Any]], header: bool = True) -> str:
     """Formats benchmark rows as a fixed-width text table."""
     lines = []
@@ -362,6 +399,36 @@ def format_table(rows: Sequence[dict[str, Any]], header: bool = True) -> str:
             f"{'-' if ratio_min is None else f'{ratio_min:.2f}x':>6} "
             f"{row['compile_s']:>9.1f}"
         )
+    return "\n".join(lines)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """One Markdown row per `(A, B, N)` cell: thousand simulations/s per policy and
+    each policy's speed-up over `mctx.muzero_policy` (median; fastest round)."""
+    cells: dict[tuple[int, int, int], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["actions"], row["batch"], row["simulations"])
+        cells.setdefault(key, {})[row["policy"]] = row
+    names = list(dict.fromkeys(row["policy"] for row in rows))
+    others = [name for name in names if name != BASELINE]
+    header = ["A", "B", "N"] + [f"{name} k sims/s" for name in names]
+    header += [f"{name} / mctx_muzero" for name in others]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (a, b, n), by_name in cells.items():
+        values = [str(a), str(b), str(n)]
+        values += [
+            f"{by_name[name]['sims_per_s'] / 1e3:.1f}" if name in by_name else "-" for name in names
+        ]
+        for name in others:
+            row = by_name.get(name)
+            if row is None or row["speedup_vs_mctx_muzero"] is None:
+                values.append("-")
+            else:
+                values.append(
+                    f"{row['speedup_vs_mctx_muzero']:.2f}x "
+                    f"({row['speedup_vs_mctx_muzero_min']:.2f}x)"
+                )
+        lines.append("| " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 
@@ -397,6 +464,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--depth-stats",
+        action="store_true",
+        help="instead of timing, print how deep each policy searches (mean leaf depth) "
+        "and the iterations of mctx's vmapped simulate/backward loops that implies",
+    )
+    parser.add_argument(
         "--json", metavar="FILE", help="write {machine, command, rows} as JSON to FILE"
     )
     args = parser.parse_args(argv)
@@ -406,6 +479,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
 
+    if args.depth_stats:
+        for name in args.policies:
+            for a in args.actions:
+                for b in args.batch:
+                    for n in args.simulations:
+                        print(json.dumps(depth_stats(name, a, b, n, seed=args.seed)), flush=True)
+        return 0
     info = machine_info()
     print(" | ".join(f"{key}: {value}" for key, value in info.items()), flush=True)
     print(format_table([]), flush=True)
@@ -419,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log=lambda text: print(text, flush=True),
     )
     info["load_average_end"] = _load_average()
+    print(markdown_table(rows), flush=True)
     if args.json:
         command = sys.argv[1:] if argv is None else list(argv)
         with open(args.json, "w") as handle:
