@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -138,6 +140,23 @@ def make_recurrent_fn(
     return recurrent_fn
 
 
+def _import_module(module_name: str) -> Any:
+    """Imports `module_name`, falling back to the current directory.
+
+    A console script (`muzero-jax`) does not put the working directory on
+    `sys.path`, unlike `python -m`; so when the top-level package is not found,
+    the working directory is appended (lowest priority) and the import retried.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        cwd = os.getcwd()
+        if e.name != module_name.split(".")[0] or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)
+        return importlib.import_module(module_name)
+
+
 def resolve_search(
     spec: str | Callable[..., mctx.PolicyOutput],
     search_kwargs: Mapping[str, Any] | None = None,
@@ -146,7 +165,8 @@ def resolve_search(
 
     Args:
       spec: a built-in name (see `BUILTIN_SEARCHES`), `"package.module:attr"`
-        naming a callable with mctx's policy signature, or such a callable.
+        naming a callable with mctx's policy signature (importable from
+        `sys.path` or the working directory), or such a callable.
       search_kwargs: keyword hyper-parameters bound to the search (e.g.
         `{"max_num_considered_actions": 8}`).
 
@@ -166,7 +186,7 @@ def resolve_search(
         if not module_name or not attr:
             raise ValueError(f"search spec {spec!r} must look like 'package.module:attr'")
         try:
-            module = importlib.import_module(module_name)
+            module = _import_module(module_name)
         except Exception as e:  # noqa: BLE001 - report any import failure clearly
             raise ValueError(
                 f"search spec {spec!r}: module {module_name!r} does not import "

@@ -2,6 +2,7 @@
 
 import functools
 import json
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -288,3 +289,15 @@ def test_bench_search_rejects_bad_arguments(argv, capsys):
         bench.main(argv)
     assert info.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_module_attr_resolves_from_the_working_directory(tmp_path, monkeypatch):
+    # As under the `muzero-jax` console script: the working directory is not on sys.path.
+    (tmp_path / "my_search_mod_xyz.py").write_text(
+        "import mctx\nsearch = mctx.gumbel_muzero_policy\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert resolve_search("my_search_mod_xyz:search") is mctx.gumbel_muzero_policy
+    with pytest.raises(ValueError, match="'no_such_mod_xyz' does not import"):
+        resolve_search("no_such_mod_xyz:search")
