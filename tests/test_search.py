@@ -261,12 +261,21 @@ def test_bad_discount():
         make_recurrent_fn(bandit_networks(), SUPPORT, SUPPORT, discount=1.5)
 
 
-def test_bench_search_main_writes_json(tmp_path, capsys):
+def _prior_only_policy(params, rng_key, root, recurrent_fn, num_simulations):
+    """Stands in for a search: main's plumbing is under test, not a search."""
+    del params, rng_key, recurrent_fn, num_simulations
+    weights = jax.nn.softmax(root.prior_logits)
+    return mctx.PolicyOutput(action=jnp.argmax(weights, -1), action_weights=weights,
+                             search_tree=None)
+
+
+def test_bench_search_main_writes_json(tmp_path, capsys, monkeypatch):
     from muzero_jax.bench import search as bench
 
+    monkeypatch.setitem(bench.POLICIES, "mctx_muzero", _prior_only_policy)
     out = tmp_path / "rows.json"
     argv = ["--actions", "2", "--batch", "1", "--simulations", "2", "--repeats", "2",
-            "--policies", "mctx_muzero", "--json", str(out)]  # one compilation
+            "--policies", "mctx_muzero", "--json", str(out)]
     assert bench.main(argv) == 0
     data = json.loads(out.read_text())
     assert data["argv"] == argv
