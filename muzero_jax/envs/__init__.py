@@ -8,15 +8,19 @@ and a rollout under `jax.lax.scan`. To add one, write a factory returning an
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from muzero_jax.envs.base import Environment, TimeStep, make_timestep
 from muzero_jax.envs.cartpole import make_cartpole
 from muzero_jax.envs.catch import make_catch
+from muzero_jax.envs.pgx import PGX_GAMES, make_pgx
 
 _FACTORIES: dict[str, Callable[..., Environment]] = {
     "catch": make_catch,
     "cartpole": make_cartpole,
+    # Two-player board games from pgx (pgx is imported when one is built).
+    **{game: functools.partial(make_pgx, game) for game in PGX_GAMES},
 }
 
 ENV_NAMES: tuple[str, ...] = tuple(_FACTORIES)
@@ -51,5 +55,6 @@ __all__ = [
     "make_cartpole",
     "make_catch",
     "make_env",
+    "make_pgx",
     "make_timestep",
 ]

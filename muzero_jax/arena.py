@@ -1,0 +1,387 @@
+"""Opponents for two-player board games, and matches of an agent against them.
+
+Opponents are batched, jittable functions `opponent(env_state, timestep,
+rng_key) -> actions [B]` over a batch of games of the pgx environments
+(`muzero_jax.envs.pgx`):
+
+* `random`: a uniformly random legal move.
+* `minimax` (TicTacToe): perfect play. The game-theoretic value of every
+  position and move is solved once on the host (memoised negamax over the 5,478
+  reachable positions) into a `[3**9, 9]` table; acting is a table lookup keyed
+  by the board seen from the mover's side, with uniformly random tie-breaking
+  among the optimal moves (so that matches explore every optimal line).
+* `mcts` (any pgx game, meant for Connect Four): plain Monte Carlo tree search,
+  UCT (UCB1 selection, `c = uct_c`) with uniformly random rollouts to the end of
+  the game as leaf values and the most visited root move as the action, built
+  on `mctx.search` with the real game as the model. `mcts` uses 200
+  simulations; `mcts:N` uses N.
+
+`evaluate_against(agent, opponent, num_games=..., rng_key=...)` plays
+`num_games` games with the agent moving first and `num_games` with it moving
+second, and returns win / draw / loss rates for each seat.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import chex
+import jax
+import jax.numpy as jnp
+import mctx
+import numpy as np
+
+from muzero_jax.envs.base import Environment, TimeStep
+from muzero_jax.envs.pgx import game_state, pgx_game, reward_of_seat
+
+__all__ = [
+    "OPPONENTS",
+    "OpponentFn",
+    "evaluate_against",
+    "make_mcts_opponent",
+    "make_minimax_opponent",
+    "make_opponent",
+    "random_opponent",
+    "solve_tic_tac_toe",
+]
+
+OpponentFn = Callable[[Any, TimeStep, chex.PRNGKey], chex.Array]
+"""`opponent(env_state, timestep, rng_key) -> [B] int32 actions` (batched)."""
+
+OPPONENTS: tuple[str, ...] = ("random", "minimax", "mcts")
+"""Opponent names `make_opponent` accepts (`mcts:N` sets N simulations)."""
+
+DEFAULT_MCTS_SIMULATIONS = 200
+
+
+class Agent(Protocol):
+    """What `evaluate_against` needs of an agent (see `muzero_jax.load_agent`)."""
+
+    env: Environment
+
+    def act(self, observation, legal_action_mask=None, *, num_simulations=None, rng=None):
+        """`[B]` actions for a batch of observations `[B, *obs]`."""
+
+
+def _masked_choice(rng_key: chex.PRNGKey, scores: chex.Array, mask: chex.Array) -> chex.Array:
+    """`[B]` a uniformly random index among the maxima of `scores` where `mask`."""
+    best = jnp.max(jnp.where(mask, scores, -jnp.inf), axis=-1, keepdims=True)
+    ties = mask & (scores >= best)
+    logits = jnp.where(ties, 0.0, -jnp.inf)
+    return jax.random.categorical(rng_key, logits).astype(jnp.int32)
+
+
+def random_opponent(env_state, timestep: TimeStep, rng_key: chex.PRNGKey) -> chex.Array:
+    """A uniformly random legal move in each game."""
+    del env_state
+    mask = timestep.legal_action_mask
+    return _masked_choice(rng_key, jnp.zeros(mask.shape, jnp.float32), mask)
+
+
+# TicTacToe, solved.
+
+_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+_ILLEGAL = -2.0
+
+
+def _won(board: tuple[int, ...], who: int) -> bool:
+    return any(all(board[i] == who for i in line) for line in _LINES)
+
+
+@functools.lru_cache(maxsize=1)
+def solve_tic_tac_toe() -> np.ndarray:
+    """Game-theoretic move values of every TicTacToe position, from the mover's side.
+
+    A position is keyed by `sum_i code_i * 3**i` over the cells i = 0..8 (row
+    major, pgx's action numbering), `code` 0 for empty, 1 for the mover's mark,
+    2 for the opponent's.
+
+    Returns:
+      `[3**9, 9]` float32: +1 if the move wins with best play on both sides, 0
+      if it draws, -1 if it loses; -2 for an occupied cell and for every move
+      of a finished (or unreachable) position.
+    """
+    table = np.full((3**9, 9), _ILLEGAL, np.float32)
+    powers = 3 ** np.arange(9)
+
+    @functools.cache
+    def value(board: tuple[int, ...]) -> float:
+        """Value for the player to move (code 1) of a live position."""
+        best = -1.0
+        moves = np.full(9, _ILLEGAL, np.float32)
+        for a in range(9):
+            if board[a]:
+                continue
+            after = board[:a] + (1,) + board[a + 1:]
+            if _won(after, 1):
+                q = 1.0
+            elif all(after):
+                q = 0.0
+            else:  # The opponent moves next: swap the codes and negate.
+                q = -value(tuple((0, 2, 1)[c] for c in after))
+            moves[a] = q
+            best = max(best, q)
+        table[int(np.dot(board, powers))] = moves
+        return best
+
+    value((0,) * 9)
+    return table
+
+
+def make_minimax_opponent() -> OpponentFn:
+    """Perfect TicTacToe play by lookup in `solve_tic_tac_toe()` (jittable).
+
+    The board is read from the observation (channel 0: the mover's marks,
+    channel 1: the opponent's), so it works on any batch of TicTacToe
+    timesteps. Among the optimal moves one is drawn uniformly at random.
+    """
+    table = jnp.asarray(solve_tic_tac_toe())
+    powers = jnp.asarray(3 ** np.arange(9), jnp.int32)
+
+    def opponent(env_state, timestep: TimeStep, rng_key: chex.PRNGKey) -> chex.Array:
+        del env_state
+        obs = timestep.observation.reshape(timestep.observation.shape[0], 9, 2)
+        codes = (obs[..., 0] > 0.5).astype(jnp.int32) + 2 * (obs[..., 1] > 0.5).astype(jnp.int32)
+        q = table[codes @ powers]
+        return _masked_choice(rng_key, q, timestep.legal_action_mask & (q > _ILLEGAL))
+
+    return opponent
+
+
+# Plain MCTS with random rollouts.
+
+
+def make_mcts_opponent(
+    env: Environment,
+    *,
+    num_simulations: int = DEFAULT_MCTS_SIMULATIONS,
+    uct_c: float = 2.0,
+) -> OpponentFn:
+    """UCT with random rollouts on the real game (no learning), via `mctx.search`.
+
+    Every new node is valued by one uniformly random playout to the end of the
+    game, from the point of view of its player to move; values pass between
+    plies with `discount = -1` and stop at terminal states (`discount = 0`).
+    Selection is UCB1, `Q + uct_c * sqrt(ln N / n)` with Q in [-1, 1] (untried
+    legal moves first, in random order), at every node, over legal moves only.
+
+    Args:
+      env: a pgx environment (`muzero_jax.envs.pgx`).
+      num_simulations: simulations per move.
+      uct_c: the UCB1 exploration constant.
+
+    Returns:
+      An `OpponentFn` playing the most visited legal root move.
+    """
+    if num_simulations < 1:
+        raise ValueError(f"MCTS needs num_simulations >= 1, got {num_simulations}")
+    game = pgx_game(env.name)
+    max_plies = env.max_episode_steps
+
+    def playout_value(g, rng_key):
+        """One random playout from `g`: the outcome for `g`'s player to move."""
+        player = g.current_player
+
+        def cond(carry):
+            g, _, n = carry
+            return ~(g.terminated | g.truncated) & (n < max_plies)
+
+        def body(carry):
+            g, key, n = carry
+            key, move_key = jax.random.split(key)
+            logits = jnp.where(g.legal_action_mask, 0.0, -jnp.inf)
+            g = game.step(g, jax.random.categorical(move_key, logits))
+            return g, key, n + 1
+
+        g, _, _ = jax.lax.while_loop(cond, body, (g, rng_key, jnp.int32(0)))
+        return g.rewards[player]
+
+    def recurrent_fn(params, rng_key, action, embedding):
+        del params
+        mover = embedding.current_player
+        g = jax.vmap(game.step)(embedding, action)
+        reward = jnp.take_along_axis(g.rewards, mover[:, None], axis=1)[:, 0]
+        terminal = g.terminated | g.truncated
+        keys = jax.random.split(rng_key, action.shape[0])
+        value = jnp.where(terminal, 0.0, jax.vmap(playout_value)(g, keys))
+        out = mctx.RecurrentFnOutput(
+            reward=reward,
+            discount=jnp.where(terminal, 0.0, -1.0),
+            prior_logits=jnp.zeros(g.legal_action_mask.shape, jnp.float32),
+            value=value,
+        )
+        return out, g
+
+    def ucb1(rng_key, tree: mctx.Tree, node_index, depth=None):
+        del depth
+        visits = tree.children_visits[node_index].astype(jnp.float32)
+        total = jnp.maximum(tree.node_visits[node_index].astype(jnp.float32), 1.0)
+        q = tree.qvalues(node_index)
+        bonus = uct_c * jnp.sqrt(jnp.log(total) / jnp.maximum(visits, 1.0))
+        noise = 1e-6 * jax.random.uniform(rng_key, visits.shape)
+        score = jnp.where(visits > 0, q + bonus, 1e9) + noise
+        legal = tree.embeddings.legal_action_mask[node_index]
+        return jnp.argmax(jnp.where(legal, score, -jnp.inf)).astype(jnp.int32)
+
+    def opponent(env_state, timestep: TimeStep, rng_key: chex.PRNGKey) -> chex.Array:
+        g = game_state(env_state).game
+        root_key, search_key, pick_key = jax.random.split(rng_key, 3)
+        keys = jax.random.split(root_key, timestep.legal_action_mask.shape[0])
+        root = mctx.RootFnOutput(
+            prior_logits=jnp.zeros(g.legal_action_mask.shape, jnp.float32),
+            value=jax.vmap(playout_value)(g, keys),
+            embedding=g,
+        )
+        tree = mctx.search(
+            params=(),
+            rng_key=search_key,
+            root=root,
+            recurrent_fn=recurrent_fn,
+            root_action_selection_fn=ucb1,
+            interior_action_selection_fn=ucb1,
+            num_simulations=num_simulations,
+            invalid_actions=~timestep.legal_action_mask,
+        )
+        visits = tree.children_visits[:, mctx.Tree.ROOT_INDEX].astype(jnp.float32)
+        return _masked_choice(pick_key, visits, timestep.legal_action_mask)
+
+    return opponent
+
+
+def make_opponent(name: str, env: Environment) -> OpponentFn:
+    """Builds the opponent called `name` for `env` (see `OPPONENTS`).
+
+    Raises:
+      ValueError: for an unknown name, a malformed `mcts:N`, or `minimax` on a
+        game other than TicTacToe.
+    """
+    base, _, arg = name.partition(":")
+    if base == "random" and not arg:
+        return random_opponent
+    if base == "minimax" and not arg:
+        if env.name != "tic_tac_toe":
+            raise ValueError(f"opponent 'minimax' plays tic_tac_toe only, not {env.name!r}")
+        return make_minimax_opponent()
+    if base == "mcts":
+        try:
+            sims = int(arg) if arg else DEFAULT_MCTS_SIMULATIONS
+        except ValueError:
+            sims = 0
+        if sims < 1:
+            raise ValueError(f"opponent {name!r}: write mcts or mcts:N with N >= 1 simulations")
+        return make_mcts_opponent(env, num_simulations=sims)
+    raise ValueError(f"unknown opponent {name!r}; known: random, minimax, mcts, mcts:N")
+
+
+def _rates(results: np.ndarray) -> dict[str, float]:
+    n = max(len(results), 1)
+    return {
+        "win": float(np.sum(results > 0) / n),
+        "draw": float(np.sum(results == 0) / n),
+        "loss": float(np.sum(results < 0) / n),
+    }
+
+
+def play_games(
+    agent_fn: Callable[[Any, TimeStep, chex.PRNGKey], chex.Array],
+    opponent_fn: OpponentFn,
+    env: Environment,
+    agent_seat: chex.Array,
+    rng_key: chex.PRNGKey,
+) -> np.ndarray:
+    """Plays one game per entry of `agent_seat` and returns the agent's results.
+
+    Args:
+      agent_fn: the agent, with the `OpponentFn` signature (host callable).
+      opponent_fn: the opponent (jittable).
+      env: a two-player environment.
+      agent_seat: `[G]` int, 0 where the agent moves first, 1 where second.
+      rng_key: consumed.
+
+    Returns:
+      `[G]` float32 outcomes for the agent: +1 win, 0 draw, -1 loss.
+    """
+    agent_seat = jnp.asarray(agent_seat, jnp.int32)
+    num_games = agent_seat.shape[0]
+    reset_key, rng_key = jax.random.split(rng_key)
+    state, ts = jax.jit(jax.vmap(env.reset))(jax.random.split(reset_key, num_games))
+    opponent_fn = jax.jit(opponent_fn)
+    step = jax.jit(jax.vmap(env.step))
+    done = np.zeros(num_games, bool)
+    results = np.zeros(num_games, np.float32)
+    for _ in range(env.max_episode_steps):
+        rng_key, agent_key, opp_key = jax.random.split(rng_key, 3)
+        agent_turn = ts.to_play == agent_seat
+        agent_action = jnp.asarray(agent_fn(state, ts, agent_key), jnp.int32)
+        opp_action = opponent_fn(state, ts, opp_key)
+        state, ts = step(state, jnp.where(agent_turn, agent_action, opp_action))
+        finished = np.asarray(ts.last) & ~done
+        results = np.where(finished, np.asarray(reward_of_seat(ts, agent_seat)), results)
+        done |= np.asarray(ts.last)
+        if done.all():
+            break
+    return results
+
+
+def evaluate_against(
+    agent: Agent,
+    opponent: str,
+    *,
+    num_games: int,
+    rng_key: chex.PRNGKey,
+    num_simulations: int | None = None,
+) -> dict[str, Any]:
+    """Plays the agent against an opponent from both seats.
+
+    Args:
+      agent: has `env` (a two-player environment) and `act(observation,
+        legal_action_mask, *, num_simulations, rng) -> [B] actions` (e.g. from
+        `muzero_jax.load_agent`).
+      opponent: `"random"`, `"minimax"` (TicTacToe), `"mcts"` (200
+        simulations) or `"mcts:N"`.
+      num_games: games per seat: `num_games` with the agent moving first and
+        `num_games` with it moving second (all played as one batch).
+      rng_key: consumed.
+      num_simulations: the agent's simulations per move (None: its default).
+
+    Returns:
+      A JSON-friendly dict: `env`, `opponent`, `num_games` (per seat),
+      `num_simulations`, `as_first` and `as_second` (each `{"win", "draw",
+      "loss"}` rates over that seat's games), `overall` (the same over all
+      games), and `win_rate`, `draw_rate`, `loss_rate` (= `overall`).
+
+    Raises:
+      ValueError: on a single-player environment, an unknown opponent or a
+        non-positive `num_games`, before anything is compiled.
+    """
+    env = agent.env
+    if env.num_players != 2:
+        raise ValueError(f"evaluate_against needs a two-player game; {env.name!r} has "
+                         f"{env.num_players} player(s)")
+    if isinstance(num_games, bool) or not isinstance(num_games, int) or num_games < 1:
+        raise ValueError(f"num_games must be a positive integer, got {num_games!r}")
+    opponent_fn = make_opponent(opponent, env)
+
+    def agent_fn(env_state, ts, key):
+        del env_state
+        return agent.act(ts.observation, ts.legal_action_mask,
+                         num_simulations=num_simulations, rng=key)
+
+    seats = np.concatenate([np.zeros(num_games, np.int32), np.ones(num_games, np.int32)])
+    results = play_games(agent_fn, opponent_fn, env, seats, rng_key)
+    first, second = _rates(results[:num_games]), _rates(results[num_games:])
+    overall = _rates(results)
+    return {
+        "env": env.name,
+        "opponent": opponent,
+        "num_games": num_games,
+        "num_simulations": num_simulations,
+        "as_first": first,
+        "as_second": second,
+        "overall": overall,
+        "win_rate": overall["win"],
+        "draw_rate": overall["draw"],
+        "loss_rate": overall["loss"],
+    }

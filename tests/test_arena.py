@@ -1,0 +1,103 @@
+"""Opponents and matches: the solved TicTacToe table, minimax, MCTS, rates."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from muzero_jax import arena
+from muzero_jax.envs import make_env
+from muzero_jax.envs.base import TimeStep
+
+
+class StandInAgent:
+    """An object with the `Agent` shape whose moves come from an opponent function."""
+
+    def __init__(self, env, fn):
+        self.env = env
+        self._fn = jax.jit(fn)
+
+    def act(self, observation, legal_action_mask=None, *, num_simulations=None, rng=None):
+        ts = TimeStep(observation, None, None, None, None, None, legal_action_mask, None)
+        return self._fn(None, ts, rng)
+
+
+def key_of(cells: str) -> int:
+    """Table key of a board written from the mover's side: M mover, T opponent."""
+    return sum({".": 0, "M": 1, "T": 2}[c] * 3**i for i, c in enumerate(cells))
+
+
+def test_solved_table_matches_known_values():
+    table = arena.solve_tic_tac_toe()
+    np.testing.assert_array_equal(table[key_of(".........")], np.zeros(9))  # every opening draws
+    # Immediate win on 2; elsewhere the opponent completes 3-4-5 next.
+    q = table[key_of("MM.TT....")]
+    assert q[2] == 1.0 and q[5] == 0.0 and q[0] == -2.0 and q[6] == -1.0
+    # X in a corner, O on an adjacent edge: X (to move) wins, e.g. with the centre.
+    assert table[key_of("MT.......")][4] == 1.0
+    # X in the centre, O in a corner: a draw with best play; O on an edge loses.
+    assert table[key_of("T...M....")].max() == 0.0
+    assert table[key_of(".T..M....")].max() == 1.0
+    assert (table.max(axis=1) > -2).sum() == 4520  # non-terminal reachable positions
+
+
+def test_minimax_never_loses_and_draws_itself():
+    env = make_env("tic_tac_toe")
+    perfect = StandInAgent(env, arena.make_minimax_opponent())
+    out = arena.evaluate_against(perfect, "minimax", num_games=50, rng_key=jax.random.key(0))
+    assert out["as_first"] == {"win": 0.0, "draw": 1.0, "loss": 0.0}
+    assert out["as_second"] == {"win": 0.0, "draw": 1.0, "loss": 0.0}
+    vs_random = arena.evaluate_against(perfect, "random", num_games=300,
+                                       rng_key=jax.random.key(1))
+    assert vs_random["as_first"]["loss"] == 0.0 and vs_random["as_second"]["loss"] == 0.0
+    assert vs_random["as_first"]["win"] > 0.9  # a perfect first player beats random ~99%
+
+
+def test_random_vs_random_matches_known_rates():
+    # Uniformly random TicTacToe: the first player wins 58.5 %, draws 12.7 %
+    # (exact enumeration, e.g. Beck, "Combinatorial Games"); +-4 sigma here.
+    env = make_env("tic_tac_toe")
+    rnd = StandInAgent(env, arena.random_opponent)
+    out = arena.evaluate_against(rnd, "random", num_games=1000, rng_key=jax.random.key(2))
+    assert out["as_first"]["win"] == pytest.approx(0.585, abs=0.065)
+    assert out["as_first"]["draw"] == pytest.approx(0.127, abs=0.045)
+    assert out["as_second"]["loss"] == pytest.approx(0.585, abs=0.065)
+    assert out["win_rate"] == pytest.approx(
+        (out["as_first"]["win"] + out["as_second"]["win"]) / 2)
+    assert out["num_games"] == 1000 and out["opponent"] == "random"
+
+
+def _c4_after(moves, batch=4):
+    env = make_env("connect_four")
+    state, ts = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), batch))
+    step = jax.jit(jax.vmap(env.step))
+    for m in moves:
+        state, ts = step(state, np.full(batch, m))
+    return env, state, ts
+
+
+def test_mcts_takes_the_win_and_blocks():
+    # Mover (seat 0) has three stacked in column 0: it wins there.
+    env, state, ts = _c4_after([0, 1, 0, 1, 0, 2])
+    mcts = jax.jit(arena.make_mcts_opponent(env))  # 200 simulations
+    np.testing.assert_array_equal(np.asarray(mcts(state, ts, jax.random.key(0))), 0)
+    # Seat 1 to move; seat 0 threatens column 0: block it.
+    env, state, ts = _c4_after([0, 1, 0, 1, 0])
+    np.testing.assert_array_equal(np.asarray(mcts(state, ts, jax.random.key(1))), 0)
+
+
+def test_bad_input_is_refused_before_playing():
+    ttt = StandInAgent(make_env("tic_tac_toe"), arena.random_opponent)
+    c4 = StandInAgent(make_env("connect_four"), arena.random_opponent)
+    with pytest.raises(ValueError, match="unknown opponent"):
+        arena.evaluate_against(ttt, "alphago", num_games=1, rng_key=jax.random.key(0))
+    with pytest.raises(ValueError, match="tic_tac_toe only"):
+        arena.evaluate_against(c4, "minimax", num_games=1, rng_key=jax.random.key(0))
+    with pytest.raises(ValueError, match="mcts:N"):
+        arena.evaluate_against(c4, "mcts:zero", num_games=1, rng_key=jax.random.key(0))
+    with pytest.raises(ValueError, match="num_games"):
+        arena.evaluate_against(ttt, "random", num_games=0, rng_key=jax.random.key(0))
+    with pytest.raises(ValueError, match="two-player"):
+        arena.evaluate_against(StandInAgent(make_env("catch"), arena.random_opponent),
+                               "random", num_games=1, rng_key=jax.random.key(0))
