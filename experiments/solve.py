@@ -26,6 +26,14 @@ from muzero_jax.train import train
 THRESHOLDS = {"catch": 0.95, "cartpole": 475.0}
 
 
+def _load() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages (a shared machine slows every figure)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="catch", choices=sorted(THRESHOLDS))
@@ -39,10 +47,15 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         config = preset(args.env, seed=seed)
+        load_before = _load()
         start = time.perf_counter()
         result = train(config, max_seconds=args.max_seconds, stop_threshold=threshold)
         first = result.history[0]
         last = result.history[-1]
+        # Whole-loop throughput (acting + learning + evaluation) after the
+        # first iteration, which carries the compile.
+        loop_s = last["wall_s"] - first["wall_s"]
+        loop_steps = last["env_steps"] - first["env_steps"]
         row = {
             "env": args.env, "seed": seed, "threshold": threshold,
             "solved": result.solved_at is not None,
@@ -51,9 +64,13 @@ def main(argv: list[str] | None = None) -> None:
             "solved_updates": result.solved_at and result.solved_at["updates"],
             "first_iteration_wall_s": first["wall_s"],
             "sps_median": sorted(r["sps"] for r in result.history)[len(result.history) // 2],
+            "loop_env_steps_per_s": round(loop_steps / loop_s, 1) if loop_s > 0 else None,
             "final_eval_return": next((r["eval_return"] for r in reversed(result.history)
                                        if "eval_return" in r), None),
-            "env_steps": last["env_steps"], "wall_s": round(time.perf_counter() - start, 2),
+            "env_steps": last["env_steps"], "updates": last["updates"],
+            "wall_s": round(time.perf_counter() - start, 2),
+            "load_before": load_before, "load_after": _load(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "machine": platform.machine(), "cpus": os.cpu_count(),
             "device": jax.devices()[0].device_kind, "jax": jax.__version__,
         }
@@ -63,6 +80,14 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(row), flush=True)
     solved = sum(r["solved"] for r in rows)
     print(f"{args.env}: solved {solved}/{len(rows)} seeds within {args.max_seconds:g}s")
+    print("| seed | solved | wall s | env steps | updates | first iteration s | loop steps/s |"
+          " load |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['seed']} | {r['solved']} | {r['solved_wall_s'] or r['wall_s']} | "
+              f"{r['solved_env_steps'] or r['env_steps']} | {r['solved_updates'] or r['updates']}"
+              f" | {r['first_iteration_wall_s']} | {r['loop_env_steps_per_s']} | "
+              f"{r['load_before'] and r['load_before'][0]} |")
 
 
 if __name__ == "__main__":

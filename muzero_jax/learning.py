@@ -183,6 +183,31 @@ def make_optimizer(config: Config) -> tuple[optax.GradientTransformation, optax.
     return optax.chain(*parts), schedule
 
 
+def default_compiler_options() -> dict[str, Any]:
+    """XLA options that shorten compilation where it dominates short runs.
+
+    On CPU, LLVM optimisation level 1 instead of XLA's default 2 cuts the
+    compile time of the training iteration by about a fifth (16 s instead of
+    20.5 s of CPU time for the Catch preset on a 2-core machine) with no
+    measurable change in its run time (the learner's matrix products run in
+    library kernels either way). Level 0 would halve compile time but makes an
+    iteration 2-3x slower. Other backends keep XLA's defaults.
+    """
+    if jax.default_backend() == "cpu":
+        return {"xla_backend_optimization_level": 1}
+    return {}
+
+
+def _check_compiler_options(options: Any) -> None:
+    if not isinstance(options, dict) or not all(
+        isinstance(k, str) and isinstance(v, bool | int | float | str) for k, v in options.items()
+    ):
+        raise ValueError(
+            "compiler_options must be a dict of XLA option names to bool/int/float/str "
+            f"values, e.g. {{'xla_backend_optimization_level': 1}}; got {options!r}"
+        )
+
+
 def _check_supports(config: Config, env: Environment, value_support, reward_support) -> None:
     max_reward = max(abs(r) for r in env.reward_range)
     reward_support.check_range(max_reward, name="reward")
@@ -204,6 +229,7 @@ def make_train(
     search_fn: Callable[..., mctx.PolicyOutput] | None = None,
     env: Environment | None = None,
     loss_fn: Callable[..., tuple[chex.Array, Any]] | None = None,
+    compiler_options: dict[str, Any] | None = None,
 ) -> Trainer:
     """Builds the training functions for `config`.
 
@@ -215,6 +241,8 @@ def make_train(
       loss_fn: a replacement for `unrolled_loss` with the same signature
         (`(params, batch, *, networks, value_support, reward_support,
         value_loss_weight) -> (loss, LossMetrics)`), e.g. for ablations.
+      compiler_options: XLA options for compiling `iteration` and `evaluate`
+        (default: `default_compiler_options()`).
 
     Returns:
       A `Trainer`.
@@ -224,6 +252,9 @@ def make_train(
         the search's signature), before anything is compiled.
     """
     env = env if env is not None else make_env(config.env)
+    if compiler_options is None:
+        compiler_options = default_compiler_options()
+    _check_compiler_options(compiler_options)
     mesh = make_mesh(config.num_devices)
     num_devices = mesh.devices.size
     for name in ("num_envs", "batch_size"):
@@ -435,9 +466,13 @@ def make_train(
         device_iteration, mesh=mesh, in_specs=(specs,), out_specs=(specs, P()),
         check_vma=False,
     )
-    iteration = jax.jit(sharded, donate_argnums=0)
+    iteration = jax.jit(sharded, donate_argnums=0, compiler_options=compiler_options)
 
-    def init(rng_key: chex.PRNGKey) -> TrainState:
+    @jax.jit
+    def build_state(rng_key: chex.PRNGKey) -> TrainState:
+        # One small compiled program: run eagerly, the many little ops of
+        # network, optimiser, replay and environment initialisation would each
+        # compile on their own (tens of seconds on a 2-core CPU).
         param_key, device_key = jax.random.split(rng_key)
         example = jnp.zeros((1,) + env.observation_shape, jnp.float32)
         params = networks.init(param_key, example)
@@ -459,6 +494,10 @@ def make_train(
             rng_key=rngs,
             counters=Counters(*(jnp.zeros((), jnp.int32) for _ in range(3))),
         )
+        return state
+
+    def init(rng_key: chex.PRNGKey) -> TrainState:
+        state = build_state(rng_key)
         shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
                                  is_leaf=lambda x: isinstance(x, P))
         return place_on_mesh(state, shardings)
@@ -467,6 +506,7 @@ def make_train(
         env, root_fn, recurrent_fn, search_fn,
         num_simulations=config.eval_num_simulations or config.num_simulations,
         num_episodes=config.eval_episodes,
+        compiler_options=compiler_options,
     )
     return Trainer(
         init=init, iteration=iteration, evaluate=evaluate, mesh=mesh, env=env,
@@ -501,6 +541,7 @@ def make_evaluate(
     num_simulations: int,
     num_episodes: int,
     max_steps: int | None = None,
+    compiler_options: dict[str, Any] | None = None,
 ) -> Callable[[Any, chex.PRNGKey], chex.Array]:
     """Returns jitted `evaluate(params, rng_key) -> [num_episodes]` greedy returns.
 
@@ -513,7 +554,7 @@ def make_evaluate(
     act_step = make_act_step(env, root_fn, recurrent_fn, search_fn,
                              num_simulations=num_simulations)
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=compiler_options)
     def evaluate(params, rng_key):
         reset_key, run_key = jax.random.split(rng_key)
         actor = init_actor(env, reset_key, num_episodes)
@@ -534,4 +575,4 @@ def make_evaluate(
     return evaluate
 
 
-__all__ += ["make_evaluate", "EpisodeStats"]
+__all__ += ["make_evaluate", "EpisodeStats", "default_compiler_options"]

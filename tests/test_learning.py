@@ -58,6 +58,17 @@ def test_evaluate_is_greedy_and_counts_episodes():
     assert set(np.unique(returns)) <= {-1.0, 1.0}  # one full Catch episode each
 
 
+def test_default_compiler_options_and_bad_ones():
+    from muzero_jax.learning import default_compiler_options
+
+    # On CPU the iteration compiles at LLVM level 1 (faster compile, same speed).
+    assert default_compiler_options() == {"xla_backend_optimization_level": 1}
+    for bad in (["xla_backend_optimization_level", 1], {"xla_backend_optimization_level": None},
+                {1: 1}):
+        with pytest.raises(ValueError, match="compiler_options must be a dict"):
+            make_train(preset("catch", **TINY), compiler_options=bad)
+
+
 def test_bad_device_counts():
     with pytest.raises(ValueError, match="JAX sees only"):
         make_train(preset("catch", num_devices=64))
