@@ -348,7 +348,7 @@ def evaluate_against(
 
     Returns:
       A JSON-friendly dict: `env`, `opponent`, `num_games` (per seat),
-      `num_simulations`, `as_first` and `as_second` (each `{"win", "draw",
+      `as_first` and `as_second` (each `{"win", "draw",
       "loss"}` rates over that seat's games), `overall` (the same over all
       games), and `win_rate`, `draw_rate`, `loss_rate` (= `overall`).
 
@@ -377,7 +377,6 @@ def evaluate_against(
         "env": env.name,
         "opponent": opponent,
         "num_games": num_games,
-        "num_simulations": num_simulations,
         "as_first": first,
         "as_second": second,
         "overall": overall,

@@ -88,3 +88,39 @@ def test_go_smoke():
     assert bool(ts[3].last)
     assert float(ts[3].reward) in (-1.0, 1.0)
     assert ts[1].observation.shape == (9, 9, 17)
+
+
+def _tiny_go_config():
+    import dataclasses
+
+    from muzero_jax.networks import ResNetConfig
+    from muzero_jax.presets import preset
+
+    return dataclasses.replace(
+        preset("go_9x9"), num_envs=2, rollout_length=4, batch_size=2, replay_ratio=0.125,
+        num_simulations=4, td_steps=6, num_unroll_steps=2, replay_capacity=16,
+        min_replay_steps=9, resnet=ResNetConfig(channels=8, num_blocks=1, downsample=False,
+                                                head_channels=2, head_hidden_sizes=(8,)),
+    )
+
+
+def test_go_9x9_preset_traces_through_a_training_iteration():
+    """The GPU-sized Go config, shrunk: every shape of one iteration checks out."""
+    from muzero_jax.learning import make_train
+
+    trainer = make_train(_tiny_go_config())
+    state = jax.eval_shape(trainer.init, jax.random.key(0))
+    new_state, metrics = jax.eval_shape(trainer.iteration, state)
+    assert metrics.loss.shape == ()
+    assert new_state.actor.timestep.observation.shape[-3:] == (9, 9, 17)
+
+
+@pytest.mark.slow
+def test_go_9x9_tiny_training_runs():
+    from muzero_jax.learning import make_train
+
+    trainer = make_train(_tiny_go_config())
+    state = trainer.init(jax.random.key(0))
+    for _ in range(4):
+        state, metrics = trainer.iteration(state)
+    assert bool(metrics.finite) and bool(metrics.learned)
