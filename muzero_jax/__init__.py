@@ -24,7 +24,21 @@ from muzero_jax.value_transforms import DiscreteSupport, h_inverse, h_transform,
 
 __version__ = "0.1.0"
 
+_LAZY = {"Agent": "muzero_jax.agent", "AgentOutput": "muzero_jax.agent",
+         "load_agent": "muzero_jax.agent"}
+
+
+def __getattr__(name: str):
+    # Deployment names pull in the learner and orbax: imported on first use.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'muzero_jax' has no attribute {name!r}")
+
 __all__ = [
+    "Agent",
+    "AgentOutput",
     "BUILTIN_SEARCHES",
     "DiscreteSupport",
     "LossBatch",
@@ -36,6 +50,7 @@ __all__ = [
     "SearchFn",
     "h_inverse",
     "h_transform",
+    "load_agent",
     "make_networks",
     "make_recurrent_fn",
     "make_root_fn",

@@ -1,214 +1,420 @@
-"""`muzero-jax` command line: `train` (more commands come with later issues).
+"""`muzero-jax` command line: `train`, `eval`, `bench ...`, `play ...`.
 
-Every field of `Config` is a flag (`--num-simulations 32`, `--mlp.hidden-sizes
-128,128`); the environment's preset supplies the defaults. Bad input exits with
-code 2 and one line on stderr; a failure while running exits with code 1.
+`train` and `eval` are parsed by tyro over the frozen config dataclasses: every
+field of `Config` is a flag (`--num-simulations 32`, `--mlp.hidden-sizes 128
+128`) whose help text is the field's documentation, and the environment's
+preset supplies the defaults. `bench` and `play` hand the rest of the command
+line to `muzero_jax.bench.cli.main` and `muzero_jax.play.main`.
+
+Exit codes: 0 success, 2 bad input (one line on stderr, before anything is
+compiled or written), 1 failure while running (one clear message).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
 import datetime
+import importlib
+import io
 import json
 import os
+import shutil
 import sys
-import typing
 import warnings
-from typing import Any
+from typing import Annotated, Literal
 
-__all__ = ["main"]
+import tyro
 
+from muzero_jax.config import Config, config_from_dict, config_to_dict
 
-class _UsageError(Exception):
-    """Bad input: reported as one line, exit code 2."""
+__all__ = ["EvalArgs", "TrainArgs", "main"]
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> typing.NoReturn:  # one line, no usage dump
-        raise _UsageError(f"{self.prog}: {message}")
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _parse_tuple(text: str, cast) -> tuple:
-    text = text.strip()
-    if text.startswith("[") or text.startswith("("):
-        value = json.loads(text.replace("(", "[").replace(")", "]"))
-        return tuple(tuple(v) if isinstance(v, list) else cast(v) for v in value)
-    return tuple(cast(v) for v in text.split(",") if v.strip())
+_PROG = "muzero-jax"
+_COMMANDS = {
+    "train": "train an agent (muzero-jax train --env catch)",
+    "eval": "evaluate a trained agent (muzero-jax eval --logdir DIR)",
+    "bench": "throughput benchmarks (muzero-jax bench --help)",
+    "play": "play against a trained agent (muzero-jax play --help)",
+}
+_FORWARDED = {"bench": "muzero_jax.bench.cli", "play": "muzero_jax.play"}
+_RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "curve.png", "eval.json")
 
 
-def _add_field_flags(parser: argparse.ArgumentParser, cls, prefix: str = "",
-                     skip: tuple[str, ...] = ()) -> None:
-    hints = typing.get_type_hints(cls)
-    for field in dataclasses.fields(cls):
-        if field.name in skip:
+class UsageError(Exception):
+    """Bad input: reported as one line on stderr, exit code 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainArgs:
+    """Train MuZero. Defaults are the preset of --env (shown: the preset of the
+    --env given, else catch's); every config field is a flag.
+
+    Attributes:
+      config: the run's configuration.
+      logdir: run directory (default: runs/ENV-<timestamp>).
+      resume: continue the run in this directory from its latest checkpoint
+        (config flags, if given, must equal the run's; --max-env-steps may
+        change).
+      overwrite: replace the run files already in --logdir.
+      max_seconds: wall-clock budget of this invocation in seconds, compile
+        included (None: no limit).
+      max_iterations: stop once the run has done this many iterations in all
+        (None: no limit).
+      stop_at: stop once two consecutive greedy evaluations reach this return
+        (default per environment: catch 0.95, cartpole 475; None: never).
+      checkpoint_every: checkpoint every this many iterations (0: every
+        --checkpoint-every-s seconds); always at the end.
+      checkpoint_every_s: seconds between checkpoints when --checkpoint-every
+        is 0.
+      keep_checkpoints: checkpoints kept in DIR/checkpoints.
+      progress: "auto": a progress bar on a terminal, plain lines otherwise.
+    """
+
+    config: Annotated[Config, tyro.conf.arg(name="", prefix_name=False)]
+    logdir: str | None = None
+    resume: str | None = None
+    overwrite: bool = False
+    max_seconds: float | None = None
+    max_iterations: int | None = None
+    stop_at: float | None = None
+    checkpoint_every: int = 0
+    checkpoint_every_s: float = 60.0
+    keep_checkpoints: int = 3
+    progress: Literal["auto", "bar", "lines", "none"] = "auto"
+
+    def __post_init__(self):
+        for name in ("max_seconds", "max_iterations"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+        for name in ("checkpoint_every", "checkpoint_every_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, "
+                                 f"got {getattr(self, name)}")
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalArgs:
+    """Evaluate a trained agent: greedy episodes (the most visited action),
+    mean and standard error of the returns, written to DIR/eval.json.
+
+    Attributes:
+      logdir: the run directory (or a checkpoint directory).
+      episodes: greedy episodes to play.
+      num_simulations: simulations per search (None: the run's evaluation
+        setting).
+      seed: seed of the evaluation episodes.
+      step: checkpoint step to evaluate (None: the latest).
+      opponent: play against this opponent instead (two-player games; see
+        muzero_jax.arena).
+    """
+
+    logdir: str
+    episodes: int = 100
+    num_simulations: int | None = None
+    seed: int = 0
+    step: int | None = None
+    opponent: str | None = None
+
+    def __post_init__(self):
+        if self.episodes < 1:
+            raise ValueError(f"--episodes must be >= 1, got {self.episodes}")
+        if self.num_simulations is not None and self.num_simulations < 1:
+            raise ValueError(f"--num-simulations must be >= 1, got {self.num_simulations}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {self.seed}")
+
+
+def _tyro_parse(cls, default, argv: list[str], prog: str):
+    """tyro with its error boxes turned into one line (UsageError)."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(cls, default=default, args=argv, prog=prog)
+    except SystemExit as e:
+        if not e.code:
+            raise  # --help
+        raise UsageError(f"{prog}: {_box_message(captured.getvalue())}") from None
+
+
+def _box_message(text: str) -> str:
+    """The title and first message of a tyro error box, on one line."""
+    lines = []
+    for raw in text.splitlines():
+        line = raw.strip().strip("│╭╮╰╯").strip()
+        if not line or set(line) <= set("─━ "):
+            if lines and not line:
+                continue
+            if lines and len(lines) > 1:
+                break
             continue
-        name = prefix + field.name
-        hint = hints[field.name]
-        origin = typing.get_origin(hint)
-        default = field.default
-        if dataclasses.is_dataclass(hint):
-            _add_field_flags(parser, hint, prefix=name + ".")
-            continue
-        help_text = f"(default: {default!r})"
-        if hint is bool:
-            parser.add_argument(_flag(name), action=argparse.BooleanOptionalAction,
-                                default=argparse.SUPPRESS, help=help_text, dest=name)
-        elif hint in (int, float, str):
-            parser.add_argument(_flag(name), type=hint, default=argparse.SUPPRESS,
-                                help=help_text, dest=name)
-        elif origin is typing.Literal:
-            parser.add_argument(_flag(name), choices=typing.get_args(hint),
-                                default=argparse.SUPPRESS, help=help_text, dest=name)
-        elif origin is tuple:
-            args = typing.get_args(hint)
-            cast = args[0] if args and args[0] in (int, float) else float
-            parser.add_argument(_flag(name), type=lambda t, c=cast: _parse_tuple(t, c),
-                                default=argparse.SUPPRESS, dest=name,
-                                help=f"comma-separated or JSON {help_text}")
+        if line.startswith("For full helptext"):
+            break
+        lines.append(line.strip("─ ").strip())
+    if not lines:
+        return "bad command line"
+    title, body = lines[0], " ".join(lines[1:])
+    if body.lower().startswith(title.lower()) or title.lower() == "value error":
+        return body
+    return f"{title.lower()}: {body}" if body else title
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    from muzero_jax.config import Config
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of `--name X` / `--name=X` in argv (the last one), else None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _load_run_config(logdir: str) -> Config:
+    path = os.path.join(logdir, "config.json")
+    if not os.path.isfile(path):
+        raise UsageError(f"{_PROG} train: --resume {logdir}: no run there (no config.json)")
+    try:
+        with open(path) as f:
+            return config_from_dict(json.load(f))
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"{_PROG} train: --resume {logdir}: unreadable config.json ({e})") from e
+
+
+def _check_writable(logdir: str) -> None:
+    parent = logdir
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    target = parent or "."
+    if not os.path.isdir(target) or not os.access(target, os.W_OK | os.X_OK):
+        raise UsageError(f"{_PROG} train: cannot write to --logdir {logdir} "
+                         f"({target} is not a writable directory)")
+
+
+def _parse_train(argv: list[str]) -> TrainArgs:
     from muzero_jax.envs import ENV_NAMES
-
-    parser = _Parser(prog="muzero-jax", description="MuZero in JAX: train and evaluate agents.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    train = sub.add_parser(
-        "train",
-        help="train an agent",
-        description="Train MuZero. Defaults come from the environment's preset; every config "
-        "field is a flag.",
-    )
-    train.add_argument("--env", required=True, choices=ENV_NAMES, help="environment")
-    train.add_argument("--logdir", default=None,
-                       help="run directory (default: runs/ENV-<timestamp>)")
-    train.add_argument("--max-seconds", type=float, default=None,
-                       help="wall-clock budget in seconds, compile included")
-    train.add_argument("--stop-at", type=float, default=None,
-                       help="stop once two consecutive evaluations reach this return")
-    _add_field_flags(train, Config, skip=("env",))
-    return parser
-
-
-def _config_from_args(args: argparse.Namespace):
-    from muzero_jax.config import Config
-    from muzero_jax.networks import MLPConfig, ResNetConfig
     from muzero_jax.presets import preset
+    from muzero_jax.train import DEFAULT_STOP_AT
 
-    values: dict[str, Any] = {}
-    nested: dict[str, dict[str, Any]] = {"mlp": {}, "resnet": {}}
-    field_names = {f.name for f in dataclasses.fields(Config)}
-    for key, value in vars(args).items():
-        if "." in key:
-            group, sub = key.split(".", 1)
-            nested[group][sub] = value
-        elif key in field_names and key != "env":
-            values[key] = value
-    base = preset(args.env)
-    if nested["mlp"]:
-        values["mlp"] = dataclasses.replace(base.mlp, **nested["mlp"])
-    if nested["resnet"]:
-        values["resnet"] = dataclasses.replace(base.resnet, **nested["resnet"])
-    del MLPConfig, ResNetConfig
-    return dataclasses.replace(base, **values)
+    resume = _option(argv, "--resume")
+    env = _option(argv, "--env")
+    if env is not None and env not in ENV_NAMES:
+        raise UsageError(f"{_PROG} train: unknown environment {env!r}; "
+                         f"known: {', '.join(ENV_NAMES)}")
+    if resume is not None:
+        stored = _load_run_config(resume)
+        default = TrainArgs(config=stored, stop_at=DEFAULT_STOP_AT.get(stored.env))
+    else:
+        if env is None and not any(a in ("-h", "--help") for a in argv):
+            raise UsageError(f"{_PROG} train: --env is required "
+                             f"(one of {', '.join(ENV_NAMES)}), or --resume DIR")
+        base = preset(env or "catch")
+        default = TrainArgs(config=base, stop_at=DEFAULT_STOP_AT.get(base.env))
+    try:
+        args = _tyro_parse(TrainArgs, default, argv, f"{_PROG} train")
+    except (ValueError, TypeError) as e:  # a field's validation (Config.__post_init__)
+        raise UsageError(f"{_PROG} train: {e}") from None
+    if resume is not None:
+        stored_d, given_d = config_to_dict(default.config), config_to_dict(args.config)
+        diff = [k for k in stored_d if stored_d[k] != given_d[k] and k != "max_env_steps"]
+        if diff:
+            shown = ", ".join(f"{k} ({stored_d[k]!r} in the run, {given_d[k]!r} given)"
+                              for k in diff[:3])
+            raise UsageError(f"{_PROG} train: --resume {resume}: the config does not match the "
+                             f"run's: {shown}; start a new run with another --logdir instead")
+        if args.logdir is not None and os.path.abspath(args.logdir) != os.path.abspath(resume):
+            raise UsageError(f"{_PROG} train: give either --resume DIR or --logdir DIR, "
+                             "not two different directories")
+    return args
 
 
-def _prepare_logdir(logdir: str | None, env: str) -> str:
+def _prepare_logdir(args: TrainArgs) -> str:
+    if args.resume is not None:
+        from muzero_jax.checkpoint import latest_step
+
+        if latest_step(os.path.join(args.resume, "checkpoints")) is None:
+            raise UsageError(f"{_PROG} train: --resume {args.resume}: no checkpoint in "
+                             f"{os.path.join(args.resume, 'checkpoints')}")
+        _check_writable(args.resume)
+        return args.resume
+    logdir = args.logdir
     if logdir is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        logdir = os.path.join("runs", f"{env}-{stamp}")
-    if os.path.exists(os.path.join(logdir, "metrics.jsonl")):
-        raise _UsageError(
-            f"muzero-jax: {logdir} already holds a run (metrics.jsonl); choose another --logdir"
-        )
-    try:
-        os.makedirs(logdir, exist_ok=True)
-        probe = os.path.join(logdir, ".write-test")
-        with open(probe, "w") as f:
-            f.write("")
-        os.remove(probe)
-    except OSError as e:
-        raise _UsageError(f"muzero-jax: cannot write to --logdir {logdir}: {e.strerror}") from e
+        logdir = os.path.join("runs", f"{args.config.env}-{stamp}")
+    existing = [n for n in _RUN_FILES if os.path.exists(os.path.join(logdir, n))]
+    if existing and not args.overwrite:
+        raise UsageError(f"{_PROG} train: {logdir} already holds a run ({existing[0]}); "
+                         "use --resume to continue it, --overwrite to replace it, or another "
+                         "--logdir")
+    _check_writable(logdir)
     return logdir
 
 
-def _format_row(row: dict[str, Any], config) -> str:
-    ret = row.get("episode_return")
-    parts = [
-        f"iter {row['iteration']:5d}",
-        f"steps {row['env_steps']:9d}",
-        f"{row['sps']:8.0f} steps/s",
-        f"return {ret:7.3f}" if ret is not None else "return     n/a",
-        f"loss {row['loss']:.3f}",
-        f"t {row['wall_s']:7.1f}s",
-    ]
-    if "eval_return" in row:
-        parts.append(f"eval {row['eval_return']:.3f}")
-    return " | ".join(parts)
+def _clear_run(logdir: str) -> None:
+    for name in _RUN_FILES:
+        path = os.path.join(logdir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
+    for name in os.listdir(logdir):
+        if name.startswith("events.out.tfevents."):
+            os.remove(os.path.join(logdir, name))
 
 
-def _train(args: argparse.Namespace) -> int:
-    from muzero_jax.config import config_to_dict
+def _train(argv: list[str]) -> int:
+    from muzero_jax.checkpoint import CheckpointError
     from muzero_jax.learning import make_train
-    from muzero_jax.train import train
+    from muzero_jax.train import NonFiniteError, train
 
-    try:  # Everything that can be wrong with the input is found here, before compiling.
-        config = _config_from_args(args)
+    args = _parse_train(argv)
+    config = args.config
+    logdir = _prepare_logdir(args)
+    try:  # Everything else that can be wrong with the input shows here, before compiling.
         trainer = make_train(config)
     except (ValueError, TypeError) as e:
-        raise _UsageError(f"muzero-jax: {e}") from e
-    logdir = _prepare_logdir(args.logdir, config.env)
-    with open(os.path.join(logdir, "config.json"), "w") as f:
-        json.dump(config_to_dict(config), f, indent=2, sort_keys=True)
-    print(f"muzero-jax: training {config.env} -> {logdir} on {trainer.mesh.devices.size} "
-          f"device(s); compiling...", flush=True)
-    last_print = [0.0]
-
-    def on_row(row):
-        if row["wall_s"] - last_print[0] >= 2.0 or "eval_return" in row:
-            last_print[0] = row["wall_s"]
-            print(_format_row(row, config), flush=True)
-
-    result = train(
-        config,
-        trainer=trainer,
-        max_seconds=args.max_seconds,
-        stop_threshold=args.stop_at,
-        on_row=on_row,
-        metrics_path=os.path.join(logdir, "metrics.jsonl"),
-    )
-    last = result.history[-1] if result.history else {}
-    print(f"muzero-jax: done after {last.get('env_steps', 0)} environment steps, "
-          f"{last.get('wall_s', 0):.1f}s; metrics in {logdir}/metrics.jsonl", flush=True)
+        raise UsageError(f"{_PROG} train: {e}") from None
+    try:
+        os.makedirs(logdir, exist_ok=True)
+        if args.overwrite and args.resume is None:
+            _clear_run(logdir)
+    except OSError as e:
+        raise UsageError(f"{_PROG} train: cannot write to --logdir {logdir}: {e.strerror}") from e
+    verb = "resuming" if args.resume else "training"
+    print(f"{_PROG}: {verb} {config.env} -> {logdir} on {trainer.mesh.devices.size} "
+          "device(s); compiling...", flush=True)
+    try:
+        result = train(
+            config, trainer=trainer, logdir=logdir, resume=args.resume is not None,
+            max_seconds=args.max_seconds, max_iterations=args.max_iterations,
+            stop_threshold=args.stop_at, checkpoint_every=args.checkpoint_every,
+            checkpoint_every_s=args.checkpoint_every_s, keep_checkpoints=args.keep_checkpoints,
+            progress=args.progress,
+        )
+    except CheckpointError as e:
+        raise UsageError(f"{_PROG} train: --resume {logdir}: {e}") from None
+    except NonFiniteError as e:
+        print(f"{_PROG}: stopped: {e}", file=sys.stderr, flush=True)
+        return 1
+    rows = result.history
+    last = rows[-1] if rows else {}
+    print(f"{_PROG}: done ({result.stop_reason}) after {last.get('env_steps', 0)} environment "
+          f"steps, {last.get('wall_s', 0):.1f}s; see {logdir}/ (metrics.jsonl, curve.png, "
+          f"checkpoints/; tensorboard --logdir {logdir})", flush=True)
     if result.solved_at is not None:
-        print(f"muzero-jax: solved ({args.stop_at}) at {result.solved_at['wall_s']:.1f}s, "
-              f"{result.solved_at['env_steps']} environment steps", flush=True)
+        print(f"{_PROG}: solved (two evaluations >= {args.stop_at}) at "
+              f"{result.solved_at['wall_s']:.1f}s, {result.solved_at['env_steps']} environment "
+              "steps", flush=True)
     return 0
+
+
+def _eval(argv: list[str]) -> int:
+    import jax
+
+    from muzero_jax.agent import load_agent, standard_error
+    from muzero_jax.checkpoint import CheckpointError
+
+    try:
+        args = _tyro_parse(EvalArgs, None, argv, f"{_PROG} eval")
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"{_PROG} eval: {e}") from None
+    if not os.path.isdir(args.logdir):
+        raise UsageError(f"{_PROG} eval: --logdir {args.logdir} is not a directory")
+    evaluate_against = None
+    if args.opponent is not None:
+        try:
+            arena = importlib.import_module("muzero_jax.arena")
+        except ModuleNotFoundError as e:
+            if e.name != "muzero_jax.arena":
+                raise
+            raise UsageError(f"{_PROG} eval: --opponent needs muzero_jax.arena, which this "
+                             "installation does not have") from None
+        evaluate_against = arena.evaluate_against
+    try:
+        agent = load_agent(args.logdir, step=args.step)
+    except CheckpointError as e:
+        raise UsageError(f"{_PROG} eval: {e}") from None
+    out_dir = args.logdir if os.path.isfile(os.path.join(args.logdir, "config.json")) else None
+    rng_key = jax.random.key(args.seed)
+    result: dict = {"step": agent.step, "env": agent.config.env, "seed": args.seed,
+                    "num_simulations": agent._num_simulations(args.num_simulations)}
+    if evaluate_against is not None:
+        try:
+            stats = evaluate_against(agent, args.opponent, num_games=args.episodes,
+                                     rng_key=rng_key, num_simulations=args.num_simulations)
+        except ValueError as e:
+            raise UsageError(f"{_PROG} eval: {e}") from None
+        result["opponent"] = args.opponent
+        result.update(stats)
+        print(f"{_PROG}: {agent.config.env} vs {args.opponent} over {args.episodes} games: "
+              + ", ".join(f"{k}={v}" for k, v in stats.items() if not isinstance(v, list | dict)))
+    else:
+        returns = agent.evaluate(args.episodes, rng_key, num_simulations=args.num_simulations)
+        mean, stderr = float(returns.mean()), standard_error(returns)
+        result.update(episodes=args.episodes, mean=mean, stderr=stderr,
+                      returns=[float(r) for r in returns])
+        print(f"{_PROG}: {agent.config.env}, checkpoint {agent.step}, {args.episodes} greedy "
+              f"episodes, {result['num_simulations']} simulations: return {mean:.4f} "
+              f"+- {stderr:.4f} (standard error)", flush=True)
+    if out_dir is not None:
+        with open(os.path.join(out_dir, "eval.json"), "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"{_PROG}: wrote {os.path.join(out_dir, 'eval.json')}", flush=True)
+    return 0
+
+
+def _forward(command: str, argv: list[str]) -> int:
+    module_name = _FORWARDED[command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and module_name.startswith(e.name):
+            print(f"{_PROG}: '{command}' is not available in this installation "
+                  f"({module_name} is missing)", file=sys.stderr)
+            return 1
+        raise
+    return int(module.main(argv) or 0)
+
+
+def _usage() -> str:
+    lines = [f"usage: {_PROG} {{{','.join(_COMMANDS)}}} [OPTIONS]", "", "commands:"]
+    lines += [f"  {name:<6} {text}" for name, text in _COMMANDS.items()]
+    lines += ["", f"'{_PROG} COMMAND --help' lists the command's options with their defaults."]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `muzero-jax` console script."""
+    """Entry point of the `muzero-jax` console script; returns the exit code."""
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = _build_parser()
-        args = parser.parse_args(argv)
-        if args.command == "train":
-            return _train(args)
-    except _UsageError as e:
-        print(str(e).splitlines()[0] if str(e) else "muzero-jax: bad input", file=sys.stderr)
+        if not argv or argv[0] in ("-h", "--help"):
+            print(_usage())
+            return 0 if argv else 2
+        command, rest = argv[0], argv[1:]
+        if command in _FORWARDED:
+            return _forward(command, rest)
+        if command == "train":
+            return _train(rest)
+        if command == "eval":
+            return _eval(rest)
+        raise UsageError(f"{_PROG}: unknown command {command!r}; "
+                         f"commands: {', '.join(_COMMANDS)}")
+    except UsageError as e:
+        print(str(e).splitlines()[0] if str(e) else f"{_PROG}: bad input", file=sys.stderr)
         return 2
+    except SystemExit as e:  # --help of a subcommand
+        return int(e.code or 0)
     except KeyboardInterrupt:
-        print("muzero-jax: interrupted", file=sys.stderr)
+        print(f"{_PROG}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - runtime failure: clear message, exit 1
-        print(f"muzero-jax: error: {type(e).__name__}: {e}", file=sys.stderr)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"{_PROG}: error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

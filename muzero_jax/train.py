@@ -1,6 +1,12 @@
-"""The host loop: iterations, evaluation, metrics, stopping rules.
+"""The host loop: iterations, evaluation, metrics, checkpoints, stopping rules.
 
-The host only sees metrics once per iteration; everything else stays on device.
+The host only sees metrics once per iteration; everything else stays on
+device. With a `logdir`, a run writes `config.json`, `metrics.jsonl`,
+TensorBoard events and `curve.png` (see `logger.RunLogger`) and checkpoints in
+`logdir/checkpoints/`, and `resume=True` continues it exactly: the restored
+`TrainState` carries the rng, replay and counters; the checkpoint's metadata
+carries the host-side part (wall time so far, the evaluation history of the
+solved rule), and evaluation keys are derived from the seed and the iteration.
 """
 
 from __future__ import annotations
@@ -20,7 +26,39 @@ import numpy as np
 from muzero_jax.config import Config, config_to_dict
 from muzero_jax.learning import IterationMetrics, Trainer, TrainState, make_train
 
-__all__ = ["TrainResult", "train", "metrics_row", "solved"]
+__all__ = [
+    "DEFAULT_STOP_AT",
+    "NonFiniteError",
+    "TrainResult",
+    "config_json",
+    "metrics_row",
+    "solved",
+    "train",
+]
+
+DEFAULT_STOP_AT: dict[str, float] = {"catch": 0.95, "cartpole": 475.0}
+"""Greedy-evaluation return at which `muzero-jax train` stops by default
+(two consecutive evaluations): Catch's maximum is 1, CartPole-v1's is 500
+(gymnasium's own threshold is 475)."""
+
+LOSS_TERMS = ("loss", "value_loss", "reward_loss", "policy_loss")
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or the parameters became NaN or infinite.
+
+    Attributes:
+      iteration: the iteration that produced them.
+      row: its metrics row.
+      checkpoint_step: the last good checkpoint's step (None if none).
+    """
+
+    def __init__(self, message: str, *, iteration: int, row: dict[str, Any],
+                 checkpoint_step: int | None):
+        super().__init__(message)
+        self.iteration = iteration
+        self.row = row
+        self.checkpoint_step = checkpoint_step
 
 
 @dataclasses.dataclass
@@ -29,15 +67,20 @@ class TrainResult:
 
     Attributes:
       state: the final `TrainState`.
-      history: one dict per iteration (the rows of `metrics.jsonl`).
+      history: one dict per iteration of this call (the rows of `metrics.jsonl`).
       solved_at: the first row at which the "solved" criterion held, or None.
       trainer: the `Trainer` used.
+      logdir: the run directory, if the run wrote one.
+      stop_reason: why the loop ended: "solved", "max_env_steps",
+        "max_seconds" or "max_iterations".
     """
 
     state: TrainState
     history: list[dict[str, Any]]
     solved_at: dict[str, Any] | None
     trainer: Trainer
+    logdir: str | None = None
+    stop_reason: str = ""
 
 
 def metrics_row(metrics: IterationMetrics, state: TrainState, wall_s: float,
@@ -73,6 +116,10 @@ def metrics_row(metrics: IterationMetrics, state: TrainState, wall_s: float,
 def solved(history: list[dict[str, Any]], threshold: float) -> bool:
     """Two consecutive evaluations at or above `threshold` (the issue's rule)."""
     evals = [r["eval_return"] for r in history if "eval_return" in r]
+    return _solved(evals, threshold)
+
+
+def _solved(evals: list[float], threshold: float) -> bool:
     return len(evals) >= 2 and evals[-1] >= threshold and evals[-2] >= threshold
 
 
@@ -93,6 +140,10 @@ def _precompile(trainer: Trainer, state: TrainState, eval_key) -> Callable[[], N
     return thread.join
 
 
+def _is_main() -> bool:
+    return jax.process_index() == 0
+
+
 def train(
     config: Config,
     *,
@@ -102,47 +153,134 @@ def train(
     stop_threshold: float | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     metrics_path: str | os.PathLike | None = None,
+    logdir: str | os.PathLike | None = None,
+    resume: bool = False,
+    max_iterations: int | None = None,
+    checkpoint_every: int = 0,
+    checkpoint_every_s: float = 60.0,
+    keep_checkpoints: int = 3,
+    progress: str = "none",
+    plot_every_s: float = 30.0,
 ) -> TrainResult:
-    """Trains until `max_env_steps`, `max_seconds` or the solved criterion.
+    """Trains until `max_env_steps`, `max_seconds`, `max_iterations` or solved.
 
     Args:
       config: the run's configuration.
       trainer: a prebuilt `Trainer` (else `make_train(config)`).
-      state: a state to continue from (else `trainer.init(seed)`).
-      max_seconds: wall-clock budget, compile included.
+      state: a state to continue from (else `trainer.init(seed)`, or the
+        latest checkpoint with `resume`).
+      max_seconds: wall-clock budget of this call, compile included.
       stop_threshold: stop once two consecutive evaluations reach it.
       on_row: called with each metrics row (progress display, logging).
-      metrics_path: append each row as a JSON line to this file.
+      metrics_path: without `logdir`, append each row as a JSON line here.
+      logdir: the run directory: config, metrics, TensorBoard, curve and
+        checkpoints go there (only process 0 writes logs).
+      resume: continue from the latest checkpoint in `logdir/checkpoints`
+        (its config must equal `config`).
+      max_iterations: stop once the run (resumed parts included) has done
+        this many iterations.
+      checkpoint_every: with `logdir`, save every this many iterations (0:
+        every `checkpoint_every_s` seconds); always at the end.
+      checkpoint_every_s: seconds between checkpoints when `checkpoint_every`
+        is 0.
+      keep_checkpoints: how many checkpoints to keep.
+      progress: "auto" (a bar on a TTY, lines otherwise), "bar", "lines" or
+        "none".
+      plot_every_s: seconds between refreshes of `curve.png`.
 
     Returns:
       A `TrainResult`.
+
+    Raises:
+      NonFiniteError: the loss or the parameters became NaN/inf; nothing from
+        that iteration is saved, so the last checkpoint stays the last good one.
+      checkpoint.CheckpointError: `resume` without a usable checkpoint.
     """
-    start = time.perf_counter()
+    call_start = time.perf_counter()
     trainer = trainer or make_train(config)
     root_key = jax.random.key(config.seed)
     init_key, eval_root = jax.random.split(root_key)
+    main = _is_main()
+    checkpointer = logger = None
+    evals: list[float] = []
+    solved_at = None
+    wall_offset = 0.0
+    last_saved = None
+    if logdir is not None:
+        from muzero_jax.checkpoint import Checkpointer
+        from muzero_jax.logger import RunLogger
+
+        logdir = os.fspath(logdir)
+        checkpointer = Checkpointer(os.path.join(logdir, "checkpoints"),
+                                    max_to_keep=keep_checkpoints)
+        if resume:
+            restored = checkpointer.restore(trainer)
+            state = restored.state
+            meta = restored.meta
+            evals = list(meta.get("eval_history", []))
+            solved_at = meta.get("solved_at")
+            wall_offset = float(meta.get("wall_s", 0.0))
+            last_saved = restored.step
+        if main:
+            os.makedirs(logdir, exist_ok=True)
+            with open(os.path.join(logdir, "config.json"), "w") as f:
+                f.write(config_json(config))
+            logger = RunLogger(
+                logdir, total_env_steps=config.max_env_steps,
+                start_iteration=last_saved or 0, title=f"muzero-jax {config.env}",
+                plot_every_s=plot_every_s, progress=progress,
+            )
+    elif resume:
+        raise ValueError("resume=True needs a logdir")
+    start = call_start - wall_offset  # wall_s counts every part of a resumed run
     if state is None:
         state = trainer.init(init_key)
     join_eval_compile = None
     if config.eval_every > 0:
         join_eval_compile = _precompile(trainer, state, jax.random.key(0))
     history: list[dict[str, Any]] = []
-    solved_at = None
-    sink = open(metrics_path, "a") if metrics_path else None  # noqa: SIM115
+    sink = open(metrics_path, "a") if (metrics_path and logger is None and main) else None  # noqa: SIM115
+    iteration = int(jax.device_get(state.counters.iterations))
+    last_save_time = time.perf_counter()
+    stop_reason = ""
+    valid = True  # False while `state` has been donated to a running iteration
+
+    def save(row_iteration: int) -> None:
+        nonlocal last_saved, last_save_time
+        if checkpointer is None or last_saved == row_iteration:
+            return
+        meta = {
+            "iteration": row_iteration,
+            "env_steps": int(jax.device_get(state.counters.env_steps)),
+            "wall_s": round(time.perf_counter() - start, 3),
+            "eval_history": evals,
+            "solved_at": solved_at,
+        }
+        checkpointer.save(row_iteration, state, meta, config)
+        last_saved, last_save_time = row_iteration, time.perf_counter()
+
     try:
         while True:
+            if max_iterations is not None and iteration >= max_iterations:
+                stop_reason = "max_iterations"
+                break
             t0 = time.perf_counter()
+            valid = False
             state, metrics = trainer.iteration(state)
+            valid = True
             jax.block_until_ready(metrics)
             now = time.perf_counter()
             row = metrics_row(metrics, state, now - start, now - t0, config)
-            if not row["finite"]:
-                raise FloatingPointError(
-                    f"non-finite loss or parameters at iteration {row['iteration']}: "
-                    + ", ".join(f"{k}={row[k]}" for k in
-                                ("loss", "value_loss", "reward_loss", "policy_loss"))
-                )
             iteration = row["iteration"]
+            if not row["finite"]:
+                valid = False  # never checkpoint a non-finite state
+                where = (f"; the last good checkpoint is {checkpointer.directory}/{last_saved}"
+                         if checkpointer is not None and last_saved is not None else "")
+                raise NonFiniteError(
+                    f"non-finite loss or parameters at iteration {iteration}: "
+                    + ", ".join(f"{k}={row[k]}" for k in LOSS_TERMS) + where,
+                    iteration=iteration, row=row, checkpoint_step=last_saved,
+                )
             if config.eval_every and iteration % config.eval_every == 0:
                 if join_eval_compile is not None:
                     join_eval_compile()
@@ -152,24 +290,46 @@ def train(
                 row["eval_return"] = float(returns.mean())
                 row["eval_return_stderr"] = float(returns.std(ddof=1) / math.sqrt(len(returns)))
                 row["wall_s"] = round(time.perf_counter() - start, 3)
+                evals.append(row["eval_return"])
             history.append(row)
+            if logger is not None:
+                logger.write(row)
             if sink:
                 sink.write(json.dumps(row) + "\n")
                 sink.flush()
             if on_row:
                 on_row(row)
-            if stop_threshold is not None and solved_at is None and solved(history,
-                                                                          stop_threshold):
+            if (stop_threshold is not None and solved_at is None
+                    and _solved(evals, stop_threshold)):
                 solved_at = row
+                stop_reason = "solved"
+            elif row["env_steps"] >= config.max_env_steps:
+                stop_reason = "max_env_steps"
+            elif max_iterations is not None and iteration >= max_iterations:
+                stop_reason = "max_iterations"
+            elif max_seconds is not None and time.perf_counter() - call_start >= max_seconds:
+                stop_reason = "max_seconds"
+            if stop_reason:
                 break
-            if row["env_steps"] >= config.max_env_steps:
-                break
-            if max_seconds is not None and time.perf_counter() - start >= max_seconds:
-                break
+            if checkpoint_every > 0:
+                if iteration % checkpoint_every == 0:
+                    save(iteration)
+            elif time.perf_counter() - last_save_time >= checkpoint_every_s:
+                save(iteration)
+        save(iteration)
+    except KeyboardInterrupt:
+        if valid and iteration > 0:
+            save(iteration)  # Ctrl-C between iterations: keep the progress
+        raise
     finally:
         if sink:
             sink.close()
-    return TrainResult(state=state, history=history, solved_at=solved_at, trainer=trainer)
+        if logger is not None:
+            logger.close()
+        if checkpointer is not None:
+            checkpointer.close()
+    return TrainResult(state=state, history=history, solved_at=solved_at, trainer=trainer,
+                       logdir=logdir, stop_reason=stop_reason)
 
 
 def config_json(config: Config) -> str:

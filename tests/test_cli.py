@@ -1,24 +1,40 @@
-"""The `muzero-jax` command line: exit codes, one-line errors, run files."""
+"""The `muzero-jax` command line: exit codes, one-line errors, help, run files, eval."""
 
+import dataclasses
 import json
-import os
-import subprocess
 import sys
+import types
 
 import pytest
 
 from muzero_jax.cli import main
+from muzero_jax.config import Config
+
+TINY_ARGS = [
+    "--num-envs", "8", "--rollout-length", "4", "--batch-size", "8",
+    "--replay-ratio", "0.03125", "--num-simulations", "4", "--replay-capacity", "40",
+    "--min-replay-steps", "16", "--eval-every", "2", "--eval-episodes", "4",
+    "--mlp.hidden-sizes", "16", "--mlp.latent-size", "8", "--mlp.head-hidden-sizes", "8",
+]
 
 
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["train", "--env", "nope"], "invalid choice: 'nope'"),
+        (["train", "--env", "nope"], "unknown environment 'nope'"),
+        (["train"], "--env is required"),
         (["train", "--env", "catch", "--num-envs", "0"], "num_envs must be > 0"),
+        (["train", "--env", "catch", "--num-envs", "-4"], "num_envs must be > 0"),
+        (["train", "--env", "catch", "--max-seconds", "-1"], "--max-seconds must be > 0"),
         (["train", "--env", "catch", "--search", "no_such_mod:fn"], "does not import"),
         (["train", "--env", "catch", "--search", "nope"], "unknown search 'nope'"),
-        (["train", "--env", "catch", "--bogus", "1"], "unrecognized arguments"),
+        (["train", "--env", "catch", "--bogus", "1"], "--bogus"),
+        (["train", "--env", "catch", "--num-envs", "abc"], "--num-envs"),
         (["train", "--env", "catch", "--num-envs", "63"], "whole number"),
+        (["train", "--resume", "/nonexistent/run"], "no run there"),
+        (["eval", "--logdir", "/nonexistent/run"], "not a directory"),
+        (["eval", "--logdir", ".", "--episodes", "-1"], "--episodes must be >= 1"),
+        (["frobnicate"], "unknown command"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
@@ -26,6 +42,7 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys):
     err = capsys.readouterr().err
     assert message in err
     assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
 
 
 def test_existing_run_is_not_overwritten(tmp_path, capsys):
@@ -35,25 +52,81 @@ def test_existing_run_is_not_overwritten(tmp_path, capsys):
     assert (tmp_path / "metrics.jsonl").read_text() == '{"env_steps": 1}\n'
 
 
-def test_train_writes_config_and_metrics(tmp_path):
+def test_unwritable_logdir(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["train", "--env", "catch", "--logdir", str(blocker / "run")]) == 2
+    assert "cannot write to --logdir" in capsys.readouterr().err
+
+
+def test_help_lists_every_config_field_with_default(capsys):
+    with pytest.raises(SystemExit) as e:
+        from muzero_jax.cli import _parse_train
+
+        _parse_train(["--env", "cartpole", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for field in dataclasses.fields(Config):
+        if dataclasses.is_dataclass(field.type) or field.name in ("mlp", "resnet"):
+            continue
+        assert "--" + field.name.replace("_", "-") in out, field.name
+    for flag in ("--mlp.hidden-sizes", "--resnet.channels", "--logdir", "--resume",
+                 "--max-seconds", "--stop-at", "--overwrite"):
+        assert flag in out
+    # Defaults are cartpole's preset and come with the field's documentation.
+    assert "(default: 0.99)" in out and "the environment discount gamma" in out
+    assert "(default: 475.0)" in out
+
+
+def test_bench_and_play_forward_their_argv(monkeypatch, capsys):
+    seen = {}
+    fake = types.ModuleType("muzero_jax.play")
+    fake.main = lambda argv: seen.setdefault("argv", argv) and 7
+    monkeypatch.setitem(sys.modules, "muzero_jax.play", fake)
+    assert main(["play", "--logdir", "x", "--help"]) == 7
+    assert seen["argv"] == ["--logdir", "x", "--help"]
+    monkeypatch.setitem(sys.modules, "muzero_jax.bench.cli", None)  # import fails
+    assert main(["bench", "unroll"]) == 1
+    assert "not available" in capsys.readouterr().err
+
+
+def test_train_then_eval_then_resume_checks(tmp_path, capsys):
     logdir = tmp_path / "run"
-    cmd = [
-        sys.executable, "-m", "muzero_jax.cli", "train", "--env", "catch",
-        "--logdir", str(logdir), "--max-env-steps", "640", "--num-envs", "16",
-        "--rollout-length", "10", "--batch-size", "16", "--replay-ratio", "0.00625",
-        "--num-simulations", "4", "--mlp.hidden-sizes", "16", "--mlp.latent-size", "8",
-        "--mlp.head-hidden-sizes", "8", "--eval-every", "2", "--eval-episodes", "4",
-        "--replay-capacity", "40", "--min-replay-steps", "16", "--seed", "3",
-    ]
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    argv = ["train", "--env", "catch", "--logdir", str(logdir), "--max-iterations", "4",
+            "--seed", "3", "--stop-at", "None", "--progress", "lines", *TINY_ARGS]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "eval" in out and "done (max_iterations)" in out
     config = json.loads((logdir / "config.json").read_text())
     assert config["env"] == "catch" and config["seed"] == 3 and config["mlp"]["latent_size"] == 8
     rows = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["env_steps"] for r in rows] == [160 * (i + 1) for i in range(4)]
+    assert [r["env_steps"] for r in rows] == [32 * (i + 1) for i in range(4)]
     for key in ("env_steps", "wall_s", "updates", "episode_return", "sps", "loss",
                 "value_loss", "reward_loss", "policy_loss"):
         assert key in rows[-1]
     assert "eval_return" in rows[1] and "eval_return" not in rows[0]
-    assert rows[-1]["updates"] > 0
+    assert rows[-1]["updates"] == 1  # learning starts at iteration 4 (16 rows / 4)
+    assert (logdir / "curve.png").stat().st_size > 0
+    assert [p.name for p in (logdir / "checkpoints").iterdir()] == ["4"]
+
+    assert main(["eval", "--logdir", str(logdir), "--episodes", "6",
+                 "--num-simulations", "2"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads((logdir / "eval.json").read_text())
+    assert result["episodes"] == 6 and result["num_simulations"] == 2 and result["step"] == 4
+    returns = result["returns"]
+    assert len(returns) == 6 and set(returns) <= {-1.0, 1.0}  # one Catch episode each
+    mean = sum(returns) / 6
+    stderr = (sum((r - mean) ** 2 for r in returns) / 5) ** 0.5 / 6 ** 0.5
+    assert result["mean"] == pytest.approx(mean) and result["stderr"] == pytest.approx(stderr)
+    assert f"{mean:.4f}" in out
+
+    # Resuming with a different config is refused before anything is touched.
+    before = (logdir / "metrics.jsonl").read_text()
+    assert main(["train", "--resume", str(logdir), "--num-simulations", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "does not match" in err and "num_simulations" in err
+    assert (logdir / "metrics.jsonl").read_text() == before
+    # eval --opponent needs the board-games arena; unknown opponents are bad input.
+    code = main(["eval", "--logdir", str(logdir), "--opponent", "no_such_opponent"])
+    assert code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1

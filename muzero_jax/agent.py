@@ -1,0 +1,227 @@
+"""A trained agent, loaded from a run directory, for use from Python.
+
+    agent = muzero_jax.load_agent("runs/catch-20261123-120000")
+    actions = agent.act(observations)                 # [B] greedy actions
+    out = agent.search(observations, legal_mask)      # action, value, policy
+
+`act` and `search` run the same search as training (the run's `search`
+function and network), jitted once per simulation count.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import mctx
+import numpy as np
+
+from muzero_jax.acting import init_actor
+from muzero_jax.checkpoint import Checkpointer, find_checkpoint_dir
+from muzero_jax.config import Config, config_from_dict
+from muzero_jax.envs import Environment
+from muzero_jax.learning import Trainer, make_train
+from muzero_jax.search import make_recurrent_fn, make_root_fn
+
+__all__ = ["Agent", "AgentOutput", "load_agent"]
+
+
+class AgentOutput(NamedTuple):
+    """One search per observation.
+
+    Attributes:
+      action: `[B]` int32, the most visited legal action (ties broken by the
+        search's action weights).
+      value: `[B]` float32, the root's search value from the point of view of
+        the player to move.
+      policy: `[B, A]` float32, the search's action weights (visit
+        distribution for `muzero`, improved policy for `gumbel_muzero`).
+    """
+
+    action: chex.Array
+    value: chex.Array
+    policy: chex.Array
+
+
+class Agent:
+    """A trained MuZero agent.
+
+    Attributes:
+      config: the run's `Config`.
+      env: the run's `Environment`.
+      params: the network parameters.
+      trainer: the `learning.Trainer` built from `config` (networks, supports,
+        search function).
+      step: the checkpoint step (iteration) the parameters come from.
+    """
+
+    def __init__(self, config: Config, trainer: Trainer, params: Any, *, step: int = 0):
+        self.config = config
+        self.trainer = trainer
+        self.env: Environment = trainer.env
+        self.params = params
+        self.step = step
+        self._root_fn = make_root_fn(trainer.networks, trainer.value_support)
+        self._recurrent_fn = make_recurrent_fn(
+            trainer.networks, trainer.value_support, trainer.reward_support,
+            discount=config.discount, two_player=self.env.num_players == 2,
+        )
+        self._rng = jax.random.key(config.seed)
+        self._compiled: dict[int, Callable[..., AgentOutput]] = {}
+
+    def _num_simulations(self, num_simulations: int | None) -> int:
+        n = num_simulations or self.config.eval_num_simulations or self.config.num_simulations
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise ValueError(f"num_simulations must be a positive integer, got {n!r}")
+        return int(n)
+
+    def _search_fn(self, num_simulations: int) -> Callable[..., AgentOutput]:
+        if num_simulations not in self._compiled:
+            self._compiled[num_simulations] = jax.jit(
+                functools.partial(self._search_batch, num_simulations=num_simulations))
+        return self._compiled[num_simulations]
+
+    def _search_batch(self, params, rng_key, observation, legal_action_mask, *,
+                      num_simulations: int) -> AgentOutput:
+        root = self._root_fn(params, observation)
+        out = self.trainer.search_fn(
+            params, rng_key, root, self._recurrent_fn, num_simulations=num_simulations,
+            invalid_actions=jnp.logical_not(legal_action_mask),
+        )
+        visits = out.search_tree.summary().visit_counts.astype(jnp.float32)
+        weights = out.action_weights.astype(jnp.float32)
+        # Visit counts are whole numbers and weights lie in [0, 1]: visits decide,
+        # weights only break ties.
+        score = jnp.where(legal_action_mask, visits + 0.5 * weights, -1.0)
+        value = out.search_tree.node_values[:, mctx.Tree.ROOT_INDEX]
+        return AgentOutput(action=jnp.argmax(score, axis=-1).astype(jnp.int32),
+                           value=value.astype(jnp.float32), policy=weights)
+
+    def search(self, observation, legal_action_mask=None, *, num_simulations: int | None = None,
+               rng: chex.PRNGKey | None = None) -> AgentOutput:
+        """Runs the search from a batch of observations.
+
+        Args:
+          observation: `[B, *observation_shape]` (or one unbatched observation:
+            the outputs then have no batch axis).
+          legal_action_mask: `[B, A]` bool (default: every action legal).
+          num_simulations: simulations per search (default: the run's
+            evaluation setting).
+          rng: a key for the search's own randomness (consumed); default: the
+            agent's internal key, split at every call.
+
+        Returns:
+          An `AgentOutput`.
+        """
+        obs = jnp.asarray(observation, jnp.float32)
+        shape = tuple(self.env.observation_shape)
+        unbatched = obs.shape == shape
+        if unbatched:
+            obs = obs[None]
+        if obs.ndim != len(shape) + 1 or tuple(obs.shape[1:]) != shape:
+            raise ValueError(f"observation must have shape [B, {', '.join(map(str, shape))}], "
+                             f"got {list(np.shape(observation))}")
+        a = self.env.num_actions
+        if legal_action_mask is None:
+            mask = jnp.ones((obs.shape[0], a), bool)
+        else:
+            mask = jnp.asarray(legal_action_mask, bool)
+            if unbatched and mask.shape == (a,):
+                mask = mask[None]
+            if mask.shape != (obs.shape[0], a):
+                raise ValueError(f"legal_action_mask must have shape [{obs.shape[0]}, {a}], "
+                                 f"got {list(mask.shape)}")
+        if rng is None:
+            self._rng, rng = jax.random.split(self._rng)
+        out = self._search_fn(self._num_simulations(num_simulations))(self.params, rng, obs, mask)
+        if unbatched:
+            out = jax.tree.map(lambda x: x[0], out)
+        return out
+
+    def act(self, observation, legal_action_mask=None, *, num_simulations: int | None = None,
+            rng: chex.PRNGKey | None = None) -> chex.Array:
+        """Greedy actions `[B]` (the most visited action of each search)."""
+        return self.search(observation, legal_action_mask, num_simulations=num_simulations,
+                           rng=rng).action
+
+    def evaluate(self, num_episodes: int, rng_key: chex.PRNGKey, *,
+                 num_simulations: int | None = None) -> np.ndarray:
+        """Plays `num_episodes` greedy episodes at once; returns `[E]` returns.
+
+        Episodes start from fresh environments and end at their first `last`
+        timestep (or `max_episode_steps`); returns are player 0's.
+        """
+        if num_episodes < 1:
+            raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
+        steps = self.env.max_episode_steps
+        if steps is None:
+            raise ValueError(f"environment {self.env.name!r} has no max_episode_steps")
+        n = self._num_simulations(num_simulations)
+        run = _make_episodes(self.env, functools.partial(self._search_batch, num_simulations=n),
+                             num_episodes, steps)
+        return np.asarray(run(self.params, rng_key))
+
+
+def _make_episodes(env: Environment, search_batch, num_episodes: int, steps: int):
+    batched_step = jax.vmap(env.step)
+
+    @jax.jit
+    def run(params, rng_key):
+        reset_key, run_key = jax.random.split(rng_key)
+        actor = init_actor(env, reset_key, num_episodes)
+
+        def body(carry, key):
+            env_state, ts, total, done = carry
+            out = search_batch(params, key, ts.observation, ts.legal_action_mask)
+            env_state, ts_next = batched_step(env_state, out.action)
+            sign = jnp.where(ts.to_play == 0, 1.0, -1.0)  # reward belongs to the mover
+            total = total + jnp.where(done, 0.0, sign * ts_next.reward)
+            return (env_state, ts_next, total, done | ts_next.last), None
+
+        init = (actor.env_state, actor.timestep, jnp.zeros((num_episodes,)),
+                jnp.zeros((num_episodes,), bool))
+        (_, _, total, _), _ = jax.lax.scan(body, init, jax.random.split(run_key, steps))
+        return total
+
+    return run
+
+
+def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = None) -> Agent:
+    """Loads a trained agent from a run directory or a checkpoint directory.
+
+    Args:
+      logdir_or_checkpoint: a run directory (`runs/catch-...`), its
+        `checkpoints/` directory, or one step directory inside it.
+      step: the checkpoint step (default: the latest, or the step directory
+        given).
+
+    Returns:
+      An `Agent` with the parameters of that checkpoint.
+
+    Raises:
+      checkpoint.CheckpointError: no checkpoint there, or it is unreadable.
+    """
+    directory, given_step = find_checkpoint_dir(logdir_or_checkpoint)
+    checkpointer = Checkpointer(directory, create=False)
+    try:
+        meta, step = checkpointer.read_meta(step if step is not None else given_step)
+        config = config_from_dict(meta["config"])
+        trainer = make_train(config)
+        restored = checkpointer.restore(trainer, step, params_only=True)
+    finally:
+        checkpointer.close()
+    return Agent(config, trainer, restored.params, step=step)
+
+
+def standard_error(values: np.ndarray) -> float:
+    """Standard error of the mean (0 for a single value)."""
+    values = np.asarray(values, np.float64)
+    if values.size < 2:
+        return 0.0
+    return float(values.std(ddof=1) / math.sqrt(values.size))

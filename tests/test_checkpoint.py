@@ -1,0 +1,211 @@
+"""Checkpoints: exact resume, kill -9 mid-write, corrupt checkpoints, non-finite guard."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from muzero_jax import learning
+from muzero_jax.checkpoint import Checkpointer, CheckpointError, latest_step
+from muzero_jax.cli import main
+from muzero_jax.learning import make_train
+from muzero_jax.loss import unrolled_loss
+from muzero_jax.networks import MLPConfig
+from muzero_jax.presets import preset
+from muzero_jax.train import NonFiniteError, train
+
+TINY = dict(
+    num_envs=8, rollout_length=4, batch_size=8, replay_ratio=1 / 32, num_simulations=4,
+    replay_capacity=40, min_replay_steps=16, eval_every=2, eval_episodes=4,
+    mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)),
+)
+_VOLATILE = ("wall_s", "sps")
+
+
+def _rows(logdir):
+    with open(os.path.join(logdir, "metrics.jsonl")) as f:
+        return [{k: v for k, v in json.loads(line).items() if k not in _VOLATILE} for line in f]
+
+
+def _leaves(tree):
+    out = []
+    for x in jax.tree.leaves(tree):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        out.append(np.asarray(x))
+    return out
+
+
+@pytest.fixture(scope="module")
+def resumed_runs(tmp_path_factory):
+    """One run straight through, one stopped half-way and resumed (one trainer)."""
+    config = preset("catch", seed=2, **TINY)
+    trainer = make_train(config)
+    root = tmp_path_factory.mktemp("resume")
+    a, b = str(root / "a"), str(root / "b")
+    # stop_at=-1 is reached by any two evaluations: evaluations at iterations 2
+    # and 4 solve the run, so the resumed run (stopped at 3) stops at 4 only if
+    # the evaluation at 2 was restored with the checkpoint.
+    kw = dict(trainer=trainer, stop_threshold=-1.0, checkpoint_every=2)
+    full = train(config, logdir=a, max_iterations=8, **kw)
+    first = train(config, logdir=b, max_iterations=3, **kw)
+    second = train(config, logdir=b, max_iterations=8, resume=True, **kw)
+    return config, trainer, (a, full), (b, first, second)
+
+
+def test_resume_is_exact(resumed_runs):
+    config, trainer, (a, full), (b, first, second) = resumed_runs
+    assert full.stop_reason == "solved" and full.solved_at["iteration"] == 4
+    assert first.stop_reason == "max_iterations"
+    assert second.stop_reason == "solved"
+    rows_a, rows_b = _rows(a), _rows(b)
+    assert [r["iteration"] for r in rows_a] == [1, 2, 3, 4]
+    assert rows_a == rows_b  # losses, returns, evaluations, counters: all equal
+    assert "eval_return" in rows_b[3] and rows_b[3]["updates"] > 0
+    for x, y in zip(_leaves(full.state), _leaves(second.state)):
+        np.testing.assert_array_equal(x, y)  # params, optimiser, replay, rng, envs
+    # The last checkpoint restores to the final state, NamedTuples intact.
+    restored = Checkpointer(os.path.join(b, "checkpoints")).restore(trainer)
+    assert restored.step == 4 and restored.meta["eval_history"] == [
+        rows_b[1]["eval_return"], rows_b[3]["eval_return"]]
+    assert type(restored.state.opt_state) is type(full.state.opt_state)
+    for x, y in zip(_leaves(full.state), _leaves(restored.state)):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_run_directory_contents(resumed_runs):
+    _, _, (a, _), _ = resumed_runs
+    names = os.listdir(a)
+    assert {"config.json", "metrics.jsonl", "curve.png", "checkpoints"} <= set(names)
+    assert any(n.startswith("events.out.tfevents.") for n in names)
+    assert sorted(os.listdir(os.path.join(a, "checkpoints"))) == ["2", "4"]
+    row = json.loads(open(os.path.join(a, "metrics.jsonl")).readline())
+    for key in ("env_steps", "wall_s", "updates", "episode_return", "sps", "loss",
+                "value_loss", "reward_loss", "policy_loss"):
+        assert key in row
+    assert "eval_return" not in row  # iteration 1 is not evaluated
+
+
+def test_mismatched_and_corrupt_checkpoints(resumed_runs, tmp_path, capsys):
+    config, trainer, _, (b, _, _) = resumed_runs
+    other = make_train(preset("catch", seed=2, **dict(TINY, num_envs=16)))
+    with pytest.raises(CheckpointError, match="different config"):
+        Checkpointer(os.path.join(b, "checkpoints")).restore(other)
+    run = str(tmp_path / "run")
+    shutil.copytree(b, run)
+    # A config.json edited behind the run's back: shapes no longer match.
+    with open(os.path.join(run, "config.json")) as f:
+        data = json.load(f)
+    with open(os.path.join(run, "config.json"), "w") as f:
+        json.dump(dict(data, num_envs=16), f)
+    assert main(["train", "--resume", run, "--progress", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "different config" in err[0]
+    # Garbage in every array file of the latest step.
+    with open(os.path.join(run, "config.json"), "w") as f:
+        json.dump(data, f)
+    step_dir = os.path.join(run, "checkpoints", "4", "params")
+    for dirpath, _, files in os.walk(step_dir):
+        for name in files:
+            with open(os.path.join(dirpath, name), "wb") as f:
+                f.write(b"\x00garbage")
+    before = open(os.path.join(run, "metrics.jsonl")).read()
+    assert main(["train", "--resume", run, "--progress", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoints/4" in err[0], err
+    assert open(os.path.join(run, "metrics.jsonl")).read() == before  # nothing rewritten
+
+
+def test_non_finite_guard_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys):
+    config = preset("catch", **dict(TINY, eval_every=0))
+
+    def nan_loss(params, batch, **kw):
+        loss, metrics = unrolled_loss(params, batch, **kw)
+        return loss * jnp.nan, metrics
+
+    # Learning starts once 16 rows per environment exist: iteration 16 / 4 = 4.
+    real = learning.make_train
+    monkeypatch.setattr(learning, "make_train", lambda c, **kw: real(c, loss_fn=nan_loss))
+    logdir = str(tmp_path / "nan")
+    argv = ["train", "--env", "catch", "--logdir", logdir, "--checkpoint-every", "1",
+            "--progress", "none", "--num-envs", "8", "--rollout-length", "4",
+            "--batch-size", "8", "--replay-ratio", "0.03125", "--num-simulations", "4",
+            "--replay-capacity", "40", "--min-replay-steps", "16", "--eval-every", "0",
+            "--eval-episodes", "4",
+            "--mlp.hidden-sizes", "16", "--mlp.latent-size", "8", "--mlp.head-hidden-sizes", "8"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "non-finite loss or parameters at iteration 4" in err
+    assert all(f"{k}=" in err for k in ("loss", "value_loss", "reward_loss", "policy_loss"))
+    assert len(err.strip().splitlines()) == 1
+    assert latest_step(os.path.join(logdir, "checkpoints")) == 3
+    trainer = real(config)
+    restored = Checkpointer(os.path.join(logdir, "checkpoints")).restore(trainer)
+    assert all(np.isfinite(x).all() for x in _leaves(restored.params))
+    assert [r["iteration"] for r in _rows(logdir)] == [1, 2, 3]  # no non-finite row
+    # From Python the same guard raises NonFiniteError.
+    with pytest.raises(NonFiniteError, match="iteration 4"):
+        train(config, trainer=real(config, loss_fn=nan_loss), max_iterations=6)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys
+    from muzero_jax.networks import MLPConfig
+    from muzero_jax.presets import preset
+    from muzero_jax.train import train
+    # A large replay so that each checkpoint write takes a while.
+    config = preset("catch", num_envs=8, rollout_length=4, batch_size=8,
+                    replay_ratio=1 / 32, num_simulations=2, replay_capacity=100_000,
+                    min_replay_steps=16, eval_every=0,
+                    mlp=MLPConfig(hidden_sizes=(8,), latent_size=8, head_hidden_sizes=(8,)))
+    train(config, logdir=sys.argv[1], checkpoint_every=1, max_iterations=200,
+          keep_checkpoints=10)
+    """
+)
+
+
+def test_kill_during_checkpoint_write_keeps_previous(tmp_path):
+    logdir = str(tmp_path / "killed")
+    ckpt = os.path.join(logdir, "checkpoints")
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, logdir], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    partial = None
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            names = os.listdir(ckpt) if os.path.isdir(ckpt) else []
+            complete = [n for n in names if n.isdigit()]
+            in_flight = [n for n in names if not n.isdigit()]
+            if complete and in_flight:  # a later checkpoint is being written now
+                proc.send_signal(signal.SIGKILL)
+                partial = in_flight[0]
+                break
+            time.sleep(0.002)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert partial is not None, proc.stderr.read().decode()[-2000:]
+    assert proc.returncode == -signal.SIGKILL
+    names = os.listdir(ckpt)
+    assert partial in names  # the half-written step was left behind, unfinished
+    step = latest_step(ckpt)
+    assert step is not None and str(step) in names
+    config = preset("catch", num_envs=8, rollout_length=4, batch_size=8, replay_ratio=1 / 32,
+                    num_simulations=2, replay_capacity=100_000, min_replay_steps=16,
+                    eval_every=0,
+                    mlp=MLPConfig(hidden_sizes=(8,), latent_size=8, head_hidden_sizes=(8,)))
+    restored = Checkpointer(ckpt).restore(make_train(config))
+    assert restored.step == step
+    assert int(jax.device_get(restored.state.counters.iterations)) == step
