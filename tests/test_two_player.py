@@ -102,16 +102,33 @@ SEARCHES = {
 }
 
 
-def run_search(boards, search_name, *, two_player=True, num_simulations=96, seed=0):
+@functools.cache
+def _compiled_search(search_name, two_player, num_simulations):
     networks = perfect_model_networks()
     root_fn = make_root_fn(networks, VALUE)
     recurrent_fn = make_recurrent_fn(networks, VALUE, REWARD, discount=1.0, two_player=two_player)
-    obs, legal = zip(*(board_observation(b) for b in boards))
+
+    @jax.jit
+    def search(obs, legal, rng_key):
+        return SEARCHES[search_name](
+            {}, rng_key, root_fn({}, obs), recurrent_fn,
+            num_simulations=num_simulations, invalid_actions=~legal,
+        )
+
+    return search
+
+
+BATCH = 4  # every search runs on 4 boards (padded), so each variant compiles once
+
+
+def run_search(boards, search_name, *, two_player=True, num_simulations=96, seed=0):
+    padded = list(boards) + ["...|...|..."] * (BATCH - len(boards))
+    obs, legal = zip(*(board_observation(b) for b in padded))
     obs, legal = jnp.asarray(np.stack(obs)), jnp.asarray(np.stack(legal))
-    return SEARCHES[search_name](
-        {}, jax.random.key(seed), root_fn({}, obs), recurrent_fn,
-        num_simulations=num_simulations, invalid_actions=~legal,
-    ), legal
+    out = _compiled_search(search_name, two_player, num_simulations)(
+        obs, legal, jax.random.key(seed))
+    n = len(boards)
+    return jax.tree.map(lambda x: x[:n], out), legal[:n]
 
 
 # X (the mover) wins at once; O threatens too, so a search that ignores its
@@ -166,7 +183,7 @@ def test_a_lost_position_has_a_negative_root_value(search_name):
 @pytest.mark.parametrize("search_name", list(SEARCHES))
 def test_illegal_actions_never_chosen_and_get_no_policy_weight(search_name):
     boards = ["XOX|OXO|O..", "XO.|...|...", "X..|.O.|..."]
-    out, legal = run_search(boards, search_name, num_simulations=32)
+    out, legal = run_search(boards, search_name)
     legal = np.asarray(legal)
     actions = np.asarray(out.action)
     assert legal[np.arange(len(boards)), actions].all()
