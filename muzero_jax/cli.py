@@ -69,6 +69,14 @@ class TrainArgs:
         is 0.
       keep_checkpoints: checkpoints kept in DIR/checkpoints.
       progress: "auto": a progress bar on a terminal, plain lines otherwise.
+      coordinator: multi-host: HOST:PORT of process 0's coordination service
+        (give --num-processes and --process-id too; every process runs the
+        same command with the same --logdir).
+      num_processes: multi-host: number of processes in the run.
+      process_id: multi-host: this process's index, 0 .. num_processes - 1.
+      distributed_auto: multi-host: let jax.distributed.initialize() detect
+        the cluster (TPU pod slices, Slurm, Open MPI).
+      distributed_timeout_s: multi-host: seconds to wait for the coordinator.
     """
 
     config: Annotated[Config, tyro.conf.arg(name="", prefix_name=False)]
@@ -82,8 +90,26 @@ class TrainArgs:
     checkpoint_every_s: float = 60.0
     keep_checkpoints: int = 3
     progress: Literal["auto", "bar", "lines", "none"] = "auto"
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    distributed_auto: bool = False
+    distributed_timeout_s: int = 120
+
+    def distributed(self):
+        """The validated `DistributedConfig` of these flags (ValueError if inconsistent)."""
+        from muzero_jax.distributed import DistributedConfig
+
+        return DistributedConfig(
+            coordinator=self.coordinator or "",
+            num_processes=self.num_processes or 0,
+            process_id=-1 if self.process_id is None else self.process_id,
+            auto=self.distributed_auto,
+            timeout_s=self.distributed_timeout_s,
+        )
 
     def __post_init__(self):
+        self.distributed()
         for name in ("max_seconds", "max_iterations"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -272,14 +298,29 @@ def _train(argv: list[str]) -> int:
 
     args = _parse_train(argv)
     config = args.config
-    logdir = _prepare_logdir(args)
+    dist = args.distributed()
+    if dist.enabled:
+        if args.logdir is None and args.resume is None:
+            raise UsageError(f"{_PROG} train: a multi-host run needs --logdir (or --resume): "
+                             "every process must name the same directory")
+        from muzero_jax import distributed
+
+        try:
+            distributed.initialize(dist)
+        except RuntimeError as e:
+            print(f"{_PROG}: error: {e}", file=sys.stderr, flush=True)
+            return 1
+    main_process = not dist.enabled or distributed.is_main_process()
+    # Only process 0 checks and prepares the run directory; the others write
+    # their checkpoint shards into the same one through orbax.
+    logdir = _prepare_logdir(args) if main_process else (args.resume or args.logdir)
     try:  # Everything else that can be wrong with the input shows here, before compiling.
         trainer = make_train(config)
     except (ValueError, TypeError) as e:
         raise UsageError(f"{_PROG} train: {e}") from None
     try:
         os.makedirs(logdir, exist_ok=True)
-        if args.overwrite and args.resume is None:
+        if args.overwrite and args.resume is None and main_process:
             _clear_run(logdir)
     except OSError as e:
         raise UsageError(f"{_PROG} train: cannot write to --logdir {logdir}: {e.strerror}") from e

@@ -144,6 +144,21 @@ def _is_main() -> bool:
     return jax.process_index() == 0
 
 
+def _agree(flags: tuple[bool, ...]) -> tuple[bool, ...]:
+    """Process 0's wall-clock decisions, on every process of a multi-host run.
+
+    Stopping on time and time-based checkpoints are decided by clocks that
+    differ between hosts; every process must still run the same iterations and
+    join the same (collective) checkpoint writes, so they follow process 0.
+    """
+    if jax.process_count() == 1:
+        return flags
+    from jax.experimental import multihost_utils
+
+    agreed = multihost_utils.broadcast_one_to_all(np.asarray(flags, np.int32))
+    return tuple(bool(x) for x in np.asarray(agreed))
+
+
 def train(
     config: Config,
     *,
@@ -307,14 +322,19 @@ def train(
                 stop_reason = "max_env_steps"
             elif max_iterations is not None and iteration >= max_iterations:
                 stop_reason = "max_iterations"
-            elif max_seconds is not None and time.perf_counter() - call_start >= max_seconds:
+            timed_out, save_due = _agree((
+                max_seconds is not None and time.perf_counter() - call_start >= max_seconds,
+                checkpoint_every == 0
+                and time.perf_counter() - last_save_time >= checkpoint_every_s,
+            ))
+            if not stop_reason and timed_out:
                 stop_reason = "max_seconds"
             if stop_reason:
                 break
             if checkpoint_every > 0:
                 if iteration % checkpoint_every == 0:
                     save(iteration)
-            elif time.perf_counter() - last_save_time >= checkpoint_every_s:
+            elif save_due:
                 save(iteration)
         save(iteration)
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@ and match a single-process run on 4 fake devices with the same seed.
 """
 
 import json
+import re
 import os
 import socket
 import subprocess
@@ -149,3 +150,21 @@ def test_inconsistent_multihost_arguments(kwargs, message):
 def test_single_process_is_the_default():
     assert not DistributedConfig().enabled
     assert DistributedConfig(coordinator="127.0.0.1:1234", num_processes=2, process_id=0).enabled
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--coordinator", "127.0.0.1:1234"], "needs all of"),
+        (["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "5"],
+         r"\[0, 2\)"),
+        (["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "0"],
+         "needs --logdir"),
+    ],
+)
+def test_cli_rejects_inconsistent_multihost_flags(flags, message, capsys):
+    from muzero_jax import cli
+
+    assert cli.main(["train", "--env", "catch", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(message, err), err
