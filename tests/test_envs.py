@@ -351,7 +351,7 @@ class CartPoleTest(chex.TestCase):
 
 
 def test_registry():
-    assert ENV_NAMES == ("catch", "cartpole")
+    assert ENV_NAMES == ("catch", "cartpole", "tic_tac_toe", "connect_four", "go_9x9")
     for name in ENV_NAMES:
         env = make_env(name)
         assert isinstance(env, Environment)
