@@ -1,0 +1,328 @@
+"""`muzero-jax bench unroll|search|e2e`: throughput tables as text and JSON.
+
+- `unroll`: learner samples/s of the jitted learner step (the library's
+  `unrolled_loss`, its gradient and the run's Optax update), per network,
+  unroll length K and batch size; compile time apart; XLA's FLOP count
+  (`cost_analysis`, which counts a `lax.scan` body once: for K > 1 it is a
+  lower bound, so no MFU is derived from it).
+- `search`: simulations/s of the built-in searches and raw mctx policies
+  (`muzero_jax.bench.search`).
+- `e2e`: environment steps/s of whole training iterations (acting with search,
+  replay, learning at the preset's replay ratio) per environment.
+
+Timings: one warm-up call (which compiles), then `--repeats` timed calls, each
+ended with `block_until_ready`; the table shows the median and the min-max
+spread. Every row in the JSON (`--json FILE`) carries its settings, and the
+file the machine, device and versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["main", "run_e2e", "run_unroll", "time_calls"]
+
+_PROG = "muzero-jax bench"
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+def time_calls(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
+    """Seconds of the first call (compile included) and of `repeats` timed calls."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return first, times
+
+
+def _summary(times: list[float], work: float) -> dict[str, float]:
+    med = statistics.median(times)
+    return {
+        "median_s": med,
+        "min_s": min(times),
+        "max_s": max(times),
+        "per_s": work / med,
+        "per_s_min": work / max(times),
+        "per_s_max": work / min(times),
+    }
+
+
+def _random_batch(rng: np.random.Generator, obs_shape, num_actions: int, batch: int, k: int):
+    from muzero_jax.loss import LossBatch
+
+    policy = rng.random((batch, k + 1, num_actions)).astype(np.float32)
+    ones = np.ones((batch, k + 1), np.float32)
+    return LossBatch(
+        observation=rng.standard_normal((batch,) + tuple(obs_shape)).astype(np.float32),
+        actions=rng.integers(0, num_actions, (batch, k)).astype(np.int32),
+        target_value=rng.standard_normal((batch, k + 1)).astype(np.float32),
+        target_reward=rng.standard_normal((batch, k + 1)).astype(np.float32),
+        target_policy=policy / policy.sum(-1, keepdims=True),
+        value_mask=ones, reward_mask=ones, policy_mask=ones,
+        importance_weight=np.ones((batch,), np.float32),
+    )
+
+
+def run_unroll(
+    *, env: str, networks: Sequence[str], unroll_steps: Sequence[int],
+    batch_sizes: Sequence[int], repeats: int, seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Learner samples/s (a sample = one sequence of K unroll steps) per setting."""
+    import optax
+
+    from muzero_jax.envs import make_env
+    from muzero_jax.learning import make_optimizer
+    from muzero_jax.loss import unrolled_loss
+    from muzero_jax.networks import make_networks
+    from muzero_jax.presets import preset
+    from muzero_jax.value_transforms import make_support
+
+    environment = make_env(env)
+    rows = []
+    rng = np.random.default_rng(seed)
+    for network in networks:
+        for k in unroll_steps:
+            for batch in batch_sizes:
+                config = preset(env, network=network, num_unroll_steps=k)
+                vs = make_support(config.value_support_size)
+                rs = make_support(config.reward_support_size)
+                nets = make_networks(
+                    config.mlp if network == "mlp" else config.resnet,
+                    num_actions=environment.num_actions, value_bins=vs.num_bins,
+                    reward_bins=rs.num_bins,
+                )
+                optimizer, _ = make_optimizer(config)
+                data = _random_batch(rng, environment.observation_shape,
+                                     environment.num_actions, batch, k)
+                params = nets.init(jax.random.key(seed), jnp.asarray(data.observation[:1]))
+                opt_state = optimizer.init(params)
+
+                def step(params, opt_state, data, nets=nets, vs=vs, rs=rs,
+                         optimizer=optimizer, weight=config.value_loss_weight):
+                    grads, _ = jax.grad(unrolled_loss, has_aux=True)(
+                        params, data, networks=nets, value_support=vs, reward_support=rs,
+                        value_loss_weight=weight)
+                    updates, opt_state = optimizer.update(grads, opt_state, params)
+                    return optax.apply_updates(params, updates), opt_state
+
+                t0 = time.perf_counter()
+                compiled = jax.jit(step).lower(params, opt_state, data).compile()
+                compile_s = time.perf_counter() - t0
+                cost = compiled.cost_analysis()
+                cost = cost[0] if isinstance(cost, list) else cost
+                flops = float(cost.get("flops", 0.0)) if cost else 0.0
+                data_dev = jax.device_put(data)
+                _, times = time_calls(lambda c=compiled, p=params, o=opt_state, d=data_dev:
+                                      c(p, o, d), repeats)
+                summary = _summary(times, batch)
+                rows.append({
+                    "bench": "unroll", "env": env, "network": network, "unroll_steps": k,
+                    "batch_size": batch, "repeats": repeats,
+                    "num_params": int(sum(x.size for x in jax.tree.leaves(params))),
+                    "compile_s": compile_s, "flops_per_step": flops,
+                    "samples_per_s": summary["per_s"],
+                    "samples_per_s_min": summary["per_s_min"],
+                    "samples_per_s_max": summary["per_s_max"],
+                    "step_median_s": summary["median_s"],
+                    "achieved_flops_per_s": flops / summary["median_s"],
+                })
+    return rows
+
+
+def run_e2e(*, envs: Sequence[str], iterations: int, overrides: dict[str, Any],
+            seed: int = 0) -> list[dict[str, Any]]:
+    """Environment steps/s of whole training iterations (act + replay + learn)."""
+    from muzero_jax.learning import make_train
+    from muzero_jax.presets import preset
+
+    rows = []
+    for env in envs:
+        config = preset(env, seed=seed, eval_every=0, **overrides)
+        trainer = make_train(config)
+        state = trainer.init(jax.random.key(seed))
+        t0 = time.perf_counter()
+        state, metrics = trainer.iteration(state)
+        jax.block_until_ready(metrics)
+        first = time.perf_counter() - t0
+        # Iterate until learning has started, so timed iterations include updates.
+        warm = 0
+        while not bool(metrics.learned) and warm < 1000:
+            state, metrics = trainer.iteration(state)
+            warm += 1
+        times = []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            state, metrics = trainer.iteration(state)
+            jax.block_until_ready(metrics)
+            times.append(time.perf_counter() - t0)
+        summary = _summary(times, config.env_steps_per_iteration)
+        rows.append({
+            "bench": "e2e", "env": env, "num_envs": config.num_envs,
+            "rollout_length": config.rollout_length, "num_simulations": config.num_simulations,
+            "search": config.search, "batch_size": config.batch_size,
+            "updates_per_iteration": config.updates_per_iteration,
+            "num_devices": trainer.mesh.devices.size, "iterations": iterations,
+            "first_iteration_s": first, "env_steps_per_s": summary["per_s"],
+            "env_steps_per_s_min": summary["per_s_min"],
+            "env_steps_per_s_max": summary["per_s_max"],
+            "learner_samples_per_s": summary["per_s"] * config.updates_per_iteration
+            * config.batch_size / config.env_steps_per_iteration,
+            "iteration_median_s": summary["median_s"],
+        })
+    return rows
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+        return str(v)
+
+    cells = [[fmt(r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = [" | ".join(c.rjust(w) for c, w in zip(columns, widths)),
+             "-|-".join("-" * w for w in widths)]
+    lines += [" | ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from muzero_jax.envs import ENV_NAMES
+
+    parser = _Parser(prog=_PROG, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    unroll = sub.add_parser("unroll", help="learner samples/s of the unrolled loss + update")
+    unroll.add_argument("--env", default="catch", choices=ENV_NAMES,
+                        help="environment giving observation shape and action count")
+    unroll.add_argument("--network", default="mlp,resnet",
+                        help="comma-separated: mlp, resnet (default: both)")
+    unroll.add_argument("--unroll-steps", type=_ints, default=[1, 5, 10], help="K values")
+    unroll.add_argument("--batch-sizes", type=_ints, default=[64, 256, 1024])
+    unroll.add_argument("--repeats", type=_positive, default=10)
+    unroll.add_argument("--json", default=None, help="write the rows and machine info here")
+    e2e = sub.add_parser("e2e", help="environment steps/s of whole training iterations")
+    e2e.add_argument("--envs", default="catch,cartpole", help="comma-separated environments")
+    e2e.add_argument("--iterations", type=_positive, default=10, help="timed iterations")
+    e2e.add_argument("--set", default="{}", help="JSON object of config overrides")
+    e2e.add_argument("--json", default=None, help="write the rows and machine info here")
+    sub.add_parser("search", help="simulations/s of batched search (see --help there)",
+                   add_help=False)
+    return parser
+
+
+def _write(rows: list[dict[str, Any]], path: str | None, argv: Sequence[str]) -> None:
+    if path is None:
+        return
+    from muzero_jax.bench.search import machine_info
+
+    with open(path, "w") as f:
+        json.dump({"machine": machine_info(), "argv": list(argv), "rows": rows}, f, indent=2)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `muzero-jax bench`; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "search":
+        from muzero_jax.bench import search
+
+        try:
+            code = search.main(argv[1:])
+        except SystemExit as e:  # argparse inside: 2 on bad flags, 0 on --help
+            return int(e.code or 0)
+        return code if isinstance(code, int) else 0
+    try:
+        args = _parser().parse_args(argv)
+        if args.command == "unroll":
+            from muzero_jax.envs import make_env  # noqa: F401 - fail early on bad env
+
+            networks = [n.strip() for n in args.network.split(",") if n.strip()]
+            bad = [n for n in networks if n not in ("mlp", "resnet")]
+            if bad or not networks:
+                raise _UsageError(f"{_PROG} unroll: --network must list mlp and/or resnet, "
+                                  f"got {args.network!r}")
+            rows = run_unroll(env=args.env, networks=networks, unroll_steps=args.unroll_steps,
+                              batch_sizes=args.batch_sizes, repeats=args.repeats)
+            print(_table(rows, ("network", "unroll_steps", "batch_size", "samples_per_s",
+                                "samples_per_s_min", "samples_per_s_max", "compile_s",
+                                "flops_per_step")))
+        else:
+            from muzero_jax.envs import ENV_NAMES
+
+            envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+            unknown = [e for e in envs if e not in ENV_NAMES]
+            if unknown or not envs:
+                raise _UsageError(f"{_PROG} e2e: unknown environment(s) {unknown or envs}; "
+                                  f"known: {', '.join(ENV_NAMES)}")
+            try:
+                overrides = json.loads(args.set)
+                assert isinstance(overrides, dict)
+            except (json.JSONDecodeError, AssertionError):
+                raise _UsageError(
+                    f"{_PROG} e2e: --set must be a JSON object, got {args.set!r}") from None
+            from muzero_jax.config import Config
+
+            names = {f.name for f in dataclasses.fields(Config)}
+            if set(overrides) - names:
+                raise _UsageError(f"{_PROG} e2e: --set: unknown config field(s) "
+                                  f"{sorted(set(overrides) - names)}")
+            try:
+                from muzero_jax.presets import preset
+
+                for env in envs:
+                    preset(env, **overrides)
+            except (ValueError, TypeError) as e:
+                raise _UsageError(f"{_PROG} e2e: {e}") from None
+            rows = run_e2e(envs=envs, iterations=args.iterations, overrides=overrides)
+            print(_table(rows, ("env", "num_devices", "env_steps_per_s", "env_steps_per_s_min",
+                                "env_steps_per_s_max", "learner_samples_per_s",
+                                "first_iteration_s")))
+        _write(rows, args.json, argv)
+    except _UsageError as e:
+        print(str(e).splitlines()[0], file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
