@@ -57,6 +57,7 @@ __all__ = [
     "IterationMetrics",
     "TrainState",
     "Trainer",
+    "make_learner_step",
     "make_mesh",
     "make_optimizer",
     "make_train",
@@ -208,6 +209,31 @@ def _check_compiler_options(options: Any) -> None:
         )
 
 
+def make_learner_step(
+    loss_fn: Callable[[Any, LossBatch], tuple[chex.Array, Any]],
+    optimizer: optax.GradientTransformation,
+    *,
+    axis_name: str = AXIS,
+) -> Callable[[Any, Any, LossBatch], tuple[Any, Any, chex.Array, Any]]:
+    """The data-parallel learner step, to run inside `shard_map` over `axis_name`.
+
+    `step(params, opt_state, batch) -> (params, opt_state, grad_norm, metrics)`:
+    the gradient of `loss_fn` on this device's share of the batch, averaged
+    over devices (`lax.pmean`), then one Optax update. With equal shares and a
+    loss that is a mean over examples, D devices with B/D examples each take
+    the same step as one device with all B.
+    """
+
+    def step(params, opt_state, batch: LossBatch):
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch)
+        grads = jax.lax.pmean(grads, axis_name)
+        grad_norm = optax.global_norm(grads)
+        deltas, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, deltas), opt_state, grad_norm, metrics
+
+    return step
+
+
 def _check_supports(config: Config, env: Environment, value_support, reward_support) -> None:
     max_reward = max(abs(r) for r in env.reward_range)
     reward_support.check_range(max_reward, name="reward")
@@ -317,6 +343,7 @@ def make_train(
         reward_support=reward_support,
         value_loss_weight=config.value_loss_weight,
     )
+    learner_step = make_learner_step(loss_fn, optimizer)
     num_updates = config.updates_per_iteration
     max_env_steps = float(config.max_env_steps)
     schedule = config.temperature_schedule
@@ -366,11 +393,7 @@ def make_train(
             policy_mask=targets.policy_mask,
             importance_weight=sample.weights,
         )
-        grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch)
-        grads = jax.lax.pmean(grads, AXIS)
-        grad_norm = optax.global_norm(grads)
-        deltas, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, deltas)
+        params, opt_state, grad_norm, metrics = learner_step(params, opt_state, batch)
         updates = updates + 1
         if config.target_ema > 0:
             target_params = optax.incremental_update(params, target_params, config.target_ema)

@@ -5,8 +5,8 @@ and match a single-process run on 4 fake devices with the same seed.
 """
 
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -168,3 +168,63 @@ def test_cli_rejects_inconsistent_multihost_flags(flags, message, capsys):
     assert cli.main(["train", "--env", "catch", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(message, err), err
+
+
+_SAME_UPDATE = textwrap.dedent(
+    """
+    import functools, json
+    import jax, numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+    from muzero_jax.bench.cli import _random_batch
+    from muzero_jax.envs import make_env
+    from muzero_jax.learning import AXIS, make_learner_step, make_optimizer
+    from muzero_jax.loss import unrolled_loss
+    from muzero_jax.networks import make_networks
+    from muzero_jax.presets import preset
+    from muzero_jax.value_transforms import make_support
+
+    config = preset("catch", num_unroll_steps=3, max_grad_norm=0.0, optimizer="sgd",
+                    learning_rate=0.1, lr_warmup_updates=0, weight_decay=0.0)
+    env = make_env("catch")
+    vs, rs = make_support(config.value_support_size), make_support(config.reward_support_size)
+    nets = make_networks(config.mlp, num_actions=env.num_actions, value_bins=vs.num_bins,
+                         reward_bins=rs.num_bins)
+    rng = np.random.default_rng(0)
+    batch = _random_batch(rng, env.observation_shape, env.num_actions, 32, 3)
+    batch = batch._replace(importance_weight=rng.uniform(0.2, 1.0, 32).astype(np.float32))
+    optimizer, _ = make_optimizer(config)
+    params = nets.init(jax.random.key(0), batch.observation[:1])
+    opt_state = optimizer.init(params)
+    loss = functools.partial(unrolled_loss, networks=nets, value_support=vs,
+                             reward_support=rs, value_loss_weight=config.value_loss_weight)
+    step = make_learner_step(loss, optimizer)
+    out = {}
+    for d in (1, 4):
+        mesh = Mesh(np.asarray(jax.devices()[:d]), (AXIS,))
+        run = jax.jit(jax.shard_map(
+            lambda p, o, b: step(p, o, b)[:3], mesh=mesh,
+            in_specs=(P(), P(), P(AXIS)), out_specs=(P(), P(), P()), check_vma=False))
+        p, o = params, opt_state
+        for _ in range(3):  # Adam's state makes later steps depend on earlier ones
+            p, o, norm = run(p, o, batch)
+        out[d] = dict(params=[np.asarray(x).ravel().tolist() for x in jax.tree.leaves(p)],
+                      norm=float(norm))
+    out["moved"] = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                       for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(p)))
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+
+def test_four_devices_take_the_same_learner_step_as_one():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, "-c", _SAME_UPDATE], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    out = json.loads(line[len("RESULT "):])
+    assert out["moved"] > 1e-4  # the steps changed the parameters
+    for a, b in zip(out["1"]["params"], out["4"]["params"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert out["1"]["norm"] == pytest.approx(out["4"]["norm"], rel=1e-4)
