@@ -228,3 +228,32 @@ def test_four_devices_take_the_same_learner_step_as_one():
     for a, b in zip(out["1"]["params"], out["4"]["params"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     assert out["1"]["norm"] == pytest.approx(out["4"]["norm"], rel=1e-4)
+
+
+_LEARN_4 = textwrap.dedent(
+    """
+    import json
+    import jax, numpy as np
+    from muzero_jax.presets import preset
+    from muzero_jax.train import train
+    config = preset("catch", seed=0, num_devices=4, eval_every=0, max_env_steps=64_000,
+                    eval_episodes=64)
+    result = train(config)  # blocks on every iteration's metrics (fake-device trap)
+    returns = np.asarray(result.trainer.evaluate(result.state.params, jax.random.key(123)))
+    print("RESULT " + json.dumps(dict(devices=int(result.trainer.mesh.devices.size),
+                                      eval=float(returns.mean()))))
+    """
+)
+
+
+@pytest.mark.slow
+def test_catch_learns_on_four_fake_devices():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, "-c", _LEARN_4], capture_output=True, text=True,
+                          env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    out = json.loads(line[len("RESULT "):])
+    assert out["devices"] == 4
+    assert out["eval"] > 0.5, out  # random play scores about -0.6
