@@ -77,6 +77,10 @@ class TrainArgs:
       distributed_auto: multi-host: let jax.distributed.initialize() detect
         the cluster (TPU pod slices, Slurm, Open MPI).
       distributed_timeout_s: multi-host: seconds to wait for the coordinator.
+      num_seeds: train this many independent seeds (--seed, --seed + 1, ...)
+        in one compiled program (vmapped): one metrics stream per seed in
+        DIR/seed_K/metrics.jsonl and a curve.png with the mean and spread.
+        No checkpoints, no --stop-at.
     """
 
     config: Annotated[Config, tyro.conf.arg(name="", prefix_name=False)]
@@ -95,6 +99,7 @@ class TrainArgs:
     process_id: int | None = None
     distributed_auto: bool = False
     distributed_timeout_s: int = 120
+    num_seeds: int = 1
 
     def distributed(self):
         """The validated `DistributedConfig` of these flags (ValueError if inconsistent)."""
@@ -118,6 +123,10 @@ class TrainArgs:
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0, "
                                  f"got {getattr(self, name)}")
+        if self.num_seeds < 1:
+            raise ValueError(f"--num-seeds must be >= 1, got {self.num_seeds}")
+        if self.num_seeds > 1 and self.resume is not None:
+            raise ValueError("--num-seeds runs keep no checkpoints, so they cannot --resume")
         if self.keep_checkpoints < 1:
             raise ValueError(f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}")
 
@@ -324,6 +333,8 @@ def _train(argv: list[str]) -> int:
             _clear_run(logdir)
     except OSError as e:
         raise UsageError(f"{_PROG} train: cannot write to --logdir {logdir}: {e.strerror}") from e
+    if args.num_seeds > 1:
+        return _train_seeds(args, config, logdir)
     verb = "resuming" if args.resume else "training"
     print(f"{_PROG}: {verb} {config.env} -> {logdir} on {trainer.mesh.devices.size} "
           "device(s); compiling...", flush=True)
@@ -349,6 +360,42 @@ def _train(argv: list[str]) -> int:
         print(f"{_PROG}: solved (two evaluations >= {args.stop_at}) at "
               f"{result.solved_at['wall_s']:.1f}s, {result.solved_at['env_steps']} environment "
               "steps", flush=True)
+    return 0
+
+
+def _train_seeds(args: TrainArgs, config, logdir: str) -> int:
+    from muzero_jax.learning import make_train
+    from muzero_jax.train import NonFiniteError, train_seeds
+
+    try:  # bad input (e.g. sizes for the devices) before compiling the seeds' program
+        make_train(config)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"{_PROG} train: {e}") from None
+    if args.overwrite:
+        _clear_run(logdir)
+    print(f"{_PROG}: training {args.num_seeds} seeds of {config.env} in one program -> "
+          f"{logdir}; compiling...", flush=True)
+    last = [0.0]
+
+    def on_rows(rows):
+        if rows[0]["wall_s"] - last[0] >= 5.0 or "eval_return" in rows[0]:
+            last[0] = rows[0]["wall_s"]
+            key = "eval_return" if "eval_return" in rows[0] else "episode_return"
+            values = [r[key] for r in rows if r.get(key) is not None]
+            shown = (f"{key} mean {sum(values) / len(values):.3f} "
+                     f"[{min(values):.3f}, {max(values):.3f}]" if values else "no episodes")
+            print(f"iter {rows[0]['iteration']:5d} | steps/seed {rows[0]['env_steps']:9d} | "
+                  f"{shown} | t {rows[0]['wall_s']:.1f}s", flush=True)
+
+    try:
+        result = train_seeds(config, args.num_seeds, logdir=logdir,
+                             max_seconds=args.max_seconds, max_iterations=args.max_iterations,
+                             on_rows=on_rows)
+    except NonFiniteError as e:
+        print(f"{_PROG}: stopped: {e}", file=sys.stderr, flush=True)
+        return 1
+    print(f"{_PROG}: done ({result.stop_reason}); seeds {result.seeds[0]}..{result.seeds[-1]}: "
+          f"{logdir}/seed_K/metrics.jsonl, {logdir}/curve.png", flush=True)
     return 0
 
 

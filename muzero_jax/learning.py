@@ -256,6 +256,7 @@ def make_train(
     env: Environment | None = None,
     loss_fn: Callable[..., tuple[chex.Array, Any]] | None = None,
     compiler_options: dict[str, Any] | None = None,
+    num_seeds: int = 1,
 ) -> Trainer:
     """Builds the training functions for `config`.
 
@@ -269,6 +270,11 @@ def make_train(
         value_loss_weight) -> (loss, LossMetrics)`), e.g. for ablations.
       compiler_options: XLA options for compiling `iteration` and `evaluate`
         (default: `default_compiler_options()`).
+      num_seeds: S > 1 runs S independent seeds in one program (`jax.vmap`
+        over the whole iteration): `init` then takes `[S]` keys, and every
+        leaf of the state, the metrics and `evaluate`'s params, keys and
+        returns has a leading `[S]` axis. Seed s with key `k_s` computes what
+        a single run initialised with `k_s` computes.
 
     Returns:
       A `Trainer`.
@@ -277,6 +283,8 @@ def make_train(
       ValueError: on anything inconsistent (devices, divisibility, supports,
         the search's signature), before anything is compiled.
     """
+    if isinstance(num_seeds, bool) or not isinstance(num_seeds, int) or num_seeds < 1:
+        raise ValueError(f"num_seeds must be an integer >= 1, got {num_seeds!r}")
     env = env if env is not None else make_env(config.env)
     if compiler_options is None:
         compiler_options = default_compiler_options()
@@ -489,7 +497,16 @@ def make_train(
         device_iteration, mesh=mesh, in_specs=(specs,), out_specs=(specs, P()),
         check_vma=False,
     )
-    iteration = jax.jit(sharded, donate_argnums=0, compiler_options=compiler_options)
+    if num_seeds > 1:
+        # Independent runs side by side in one program (purejaxrl style): every
+        # leaf gets a leading [S] axis; the per-device parts stay sharded.
+        iteration = jax.jit(jax.vmap(sharded), donate_argnums=0,
+                            compiler_options=compiler_options)
+        specs_out = jax.tree.map(lambda spec: P(None, *spec), specs,
+                                 is_leaf=lambda x: isinstance(x, P))
+    else:
+        iteration = jax.jit(sharded, donate_argnums=0, compiler_options=compiler_options)
+        specs_out = specs
 
     @jax.jit
     def build_state(rng_key: chex.PRNGKey) -> TrainState:
@@ -520,8 +537,14 @@ def make_train(
         return state
 
     def init(rng_key: chex.PRNGKey) -> TrainState:
-        state = build_state(rng_key)
-        shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
+        if num_seeds > 1:
+            if rng_key.shape != (num_seeds,):
+                raise ValueError(f"init of {num_seeds} seeds needs {num_seeds} keys, got "
+                                 f"shape {rng_key.shape}")
+            state = jax.jit(jax.vmap(build_state))(rng_key)
+        else:
+            state = build_state(rng_key)
+        shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs_out,
                                  is_leaf=lambda x: isinstance(x, P))
         return place_on_mesh(state, shardings)
 
@@ -529,8 +552,10 @@ def make_train(
         env, root_fn, recurrent_fn, search_fn,
         num_simulations=config.eval_num_simulations or config.num_simulations,
         num_episodes=config.eval_episodes,
-        compiler_options=compiler_options,
+        compiler_options=None if num_seeds > 1 else compiler_options,
     )
+    if num_seeds > 1:
+        evaluate = jax.jit(jax.vmap(evaluate), compiler_options=compiler_options)
     return Trainer(
         init=init, iteration=iteration, evaluate=evaluate, mesh=mesh, env=env,
         networks=networks, value_support=value_support, reward_support=reward_support,

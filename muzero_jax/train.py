@@ -12,6 +12,7 @@ solved rule), and evaluation keys are derived from the seed and the iteration.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -28,6 +29,8 @@ from muzero_jax.learning import IterationMetrics, Trainer, TrainState, make_trai
 
 __all__ = [
     "DEFAULT_STOP_AT",
+    "SeedsResult",
+    "train_seeds",
     "NonFiniteError",
     "TrainResult",
     "config_json",
@@ -355,3 +358,156 @@ def train(
 def config_json(config: Config) -> str:
     """The resolved config as pretty JSON."""
     return json.dumps(config_to_dict(config), indent=2, sort_keys=True)
+
+
+@dataclasses.dataclass
+class SeedsResult:
+    """What `train_seeds` returns.
+
+    Attributes:
+      state: the final `TrainState` of all seeds (leading `[S]` axis).
+      histories: per seed, one dict per iteration (the rows of its
+        `seed_K/metrics.jsonl`).
+      seeds: the seed of each run (`config.seed + k`).
+      trainer: the `Trainer` (built with `num_seeds=S`).
+      stop_reason: "max_env_steps", "max_seconds" or "max_iterations".
+    """
+
+    state: TrainState
+    histories: list[list[dict[str, Any]]]
+    seeds: list[int]
+    trainer: Trainer
+    stop_reason: str
+
+
+def train_seeds(
+    config: Config,
+    num_seeds: int,
+    *,
+    logdir: str | os.PathLike | None = None,
+    max_seconds: float | None = None,
+    max_iterations: int | None = None,
+    on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> SeedsResult:
+    """Trains `num_seeds` independent runs in one compiled program.
+
+    Run k uses seed `config.seed + k` and computes what `train` computes for
+    that seed (to float rounding: the seeds are batched with `jax.vmap`), at a
+    fraction of the cost of separate runs: the fast way to confidence
+    intervals. With `logdir`, writes `config.json`, `seed_K/metrics.jsonl` per
+    seed and `curve.png` (mean and min-max spread over seeds). No checkpoints.
+    """
+    if num_seeds < 2:
+        raise ValueError(f"train_seeds needs num_seeds >= 2, got {num_seeds}")
+    start = time.perf_counter()
+    trainer = make_train(config, num_seeds=num_seeds)
+    seeds = [config.seed + k for k in range(num_seeds)]
+    keys = [jax.random.split(jax.random.key(seed)) for seed in seeds]
+    init_keys = jax.numpy.stack([k[0] for k in keys])
+    eval_roots = jax.numpy.stack([k[1] for k in keys])
+    state = trainer.init(init_keys)
+    main = _is_main()
+    sinks = []
+    if logdir is not None and main:
+        logdir = os.fspath(logdir)
+        os.makedirs(logdir, exist_ok=True)
+        with open(os.path.join(logdir, "config.json"), "w") as f:
+            f.write(config_json(config))
+        for seed in seeds:
+            os.makedirs(os.path.join(logdir, f"seed_{seed}"), exist_ok=True)
+            sinks.append(open(os.path.join(logdir, f"seed_{seed}", "metrics.jsonl"), "w"))  # noqa: SIM115
+    histories: list[list[dict[str, Any]]] = [[] for _ in seeds]
+    last_plot = time.perf_counter()
+    stop_reason = ""
+    try:
+        while True:
+            t0 = time.perf_counter()
+            state, metrics = trainer.iteration(state)
+            jax.block_until_ready(metrics)
+            now = time.perf_counter()
+            rows = []
+            for k in range(num_seeds):
+                pick = functools.partial(_index, k=k)
+                row = metrics_row(jax.tree.map(pick, metrics),
+                                  state._replace(counters=jax.tree.map(pick, state.counters)),
+                                  now - start, now - t0, config)
+                row["seed"] = seeds[k]
+                rows.append(row)
+            if not all(r["finite"] for r in rows):
+                bad = [r["seed"] for r in rows if not r["finite"]]
+                raise NonFiniteError(
+                    f"non-finite loss or parameters at iteration {rows[0]['iteration']} "
+                    f"(seeds {bad})", iteration=rows[0]["iteration"], row=rows[0],
+                    checkpoint_step=None,
+                )
+            iteration = rows[0]["iteration"]
+            if config.eval_every and iteration % config.eval_every == 0:
+                eval_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(eval_roots,
+                                                                            iteration)
+                returns = np.asarray(trainer.evaluate(state.params, eval_keys))
+                for row, r in zip(rows, returns):
+                    row["eval_return"] = float(r.mean())
+                    row["eval_return_stderr"] = float(r.std(ddof=1) / math.sqrt(len(r)))
+                    row["wall_s"] = round(time.perf_counter() - start, 3)
+            for history, sink, row in zip(histories, sinks or [None] * num_seeds, rows):
+                history.append(row)
+                if sink is not None:
+                    sink.write(json.dumps(row) + "\n")
+                    sink.flush()
+            if on_rows:
+                on_rows(rows)
+            if sinks and time.perf_counter() - last_plot >= 30.0:
+                _plot_seeds(histories, os.path.join(logdir, "curve.png"), config.env)
+                last_plot = time.perf_counter()
+            if rows[0]["env_steps"] >= config.max_env_steps:
+                stop_reason = "max_env_steps"
+            elif max_iterations is not None and iteration >= max_iterations:
+                stop_reason = "max_iterations"
+            elif _agree((max_seconds is not None
+                         and time.perf_counter() - start >= max_seconds,))[0]:
+                stop_reason = "max_seconds"
+            if stop_reason:
+                break
+    finally:
+        for sink in sinks:
+            sink.close()
+        if sinks:
+            _plot_seeds(histories, os.path.join(logdir, "curve.png"), config.env)
+    return SeedsResult(state=state, histories=histories, seeds=seeds, trainer=trainer,
+                       stop_reason=stop_reason)
+
+
+def _index(x, *, k: int):
+    return x[k]
+
+
+def _plot_seeds(histories: list[list[dict[str, Any]]], path: str, env: str) -> None:
+    """Mean and min-max spread over seeds of the return vs environment steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, label in ((axes[0], "episode_return", "training episodes"),
+                           (axes[1], "eval_return", "greedy evaluation")):
+        steps = [r["env_steps"] for r in histories[0]]
+        values = np.asarray([[r.get(key) if r.get(key) is not None else np.nan for r in h]
+                             for h in histories], float)
+        keep = ~np.all(np.isnan(values), axis=0)
+        if keep.any():
+            x = np.asarray(steps)[keep]
+            v = values[:, keep]
+            ax.plot(x, np.nanmean(v, axis=0), label=f"mean of {len(histories)} seeds")
+            ax.fill_between(x, np.nanmin(v, axis=0), np.nanmax(v, axis=0), alpha=0.25,
+                            label="min-max over seeds")
+            ax.legend()
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(f"return ({label})")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"muzero-jax {env}: {len(histories)} seeds in one program")
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, path)
