@@ -49,6 +49,7 @@ def test_e2e_counts_environment_steps(tmp_path):
         (["e2e", "--set", '{"warp": 1}'], "unknown config field"),
         (["e2e", "--set", '{"num_envs": -1}'], "num_envs"),
         (["nonsense"], "invalid choice"),
+        (["e2e", "--num-devices", "64"], "JAX sees"),
         (["search", "--actions", "x"], None),
     ],
 )

@@ -244,6 +244,9 @@ def _parser() -> argparse.ArgumentParser:
     e2e = sub.add_parser("e2e", help="environment steps/s of whole training iterations")
     e2e.add_argument("--envs", default="catch,cartpole", help="comma-separated environments")
     e2e.add_argument("--iterations", type=_positive, default=10, help="timed iterations")
+    e2e.add_argument("--num-devices", type=_ints, default=None,
+                     help="comma-separated device counts to compare, e.g. 1,2,4 "
+                     "(default: all devices JAX sees)")
     e2e.add_argument("--set", default="{}", help="JSON object of config overrides")
     e2e.add_argument("--json", default=None, help="write the rows and machine info here")
     sub.add_parser("search", help="simulations/s of batched search (see --help there)",
@@ -313,7 +316,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     preset(env, **overrides)
             except (ValueError, TypeError) as e:
                 raise _UsageError(f"{_PROG} e2e: {e}") from None
-            rows = run_e2e(envs=envs, iterations=args.iterations, overrides=overrides)
+            counts = args.num_devices or [overrides.get("num_devices", 0)]
+            if max(counts) > jax.device_count():
+                raise _UsageError(f"{_PROG} e2e: --num-devices {max(counts)} but JAX sees "
+                                  f"{jax.device_count()} device(s)")
+            rows = []
+            for count in counts:
+                rows += run_e2e(envs=envs, iterations=args.iterations,
+                                overrides=dict(overrides, num_devices=count))
             print(_table(rows, ("env", "num_devices", "env_steps_per_s", "env_steps_per_s_min",
                                 "env_steps_per_s_max", "learner_samples_per_s",
                                 "first_iteration_s")))
