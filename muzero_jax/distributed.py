@@ -158,6 +158,8 @@ def place_on_mesh(tree: Any, shardings: Any) -> Any:
     """
 
     def place(x, sharding):
+        if isinstance(x, jax.core.Tracer):  # traced for shapes (eval_shape): nothing to place
+            return x
         if sharding.is_fully_addressable:
             return jax.device_put(x, sharding)
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):

@@ -257,3 +257,35 @@ def test_catch_learns_on_four_fake_devices():
     out = json.loads(line[len("RESULT "):])
     assert out["devices"] == 4
     assert out["eval"] > 0.5, out  # random play scores about -0.6
+
+
+def _cli_processes(tmp_path, name: str, args: list[str]) -> list[str]:
+    port = _free_port()
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu")
+    procs, logs = [], []
+    for i in range(2):
+        log = tmp_path / f"{name}-{i}.log"
+        with open(log, "w") as f:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "muzero_jax.cli", "train", *args, "--progress", "lines",
+                 "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                 "--process-id", str(i)], stdout=f, stderr=subprocess.STDOUT, env=env))
+        logs.append(log)
+    for p, log in zip(procs, logs):
+        assert p.wait(timeout=900) == 0, log.read_text()[-3000:]
+    return [log.read_text() for log in logs]
+
+
+@pytest.mark.slow
+def test_multihost_cli_checkpoints_and_resumes(tmp_path):
+    run = tmp_path / "run"
+    flags = ["--env", "catch", "--num-envs", "8", "--rollout-length", "4", "--batch-size", "8",
+             "--replay-ratio", "0.03125", "--num-simulations", "4", "--replay-capacity", "40",
+             "--min-replay-steps", "16", "--eval-every", "2", "--eval-episodes", "4",
+             "--checkpoint-every", "2", "--max-iterations", "4", "--logdir", str(run)]
+    _cli_processes(tmp_path, "first", flags)
+    assert sorted(os.listdir(run / "checkpoints")) == ["2", "4"]
+    _cli_processes(tmp_path, "resume", ["--resume", str(run), "--max-iterations", "6"])
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4, 5, 6]  # one writer: process 0
