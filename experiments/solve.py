@@ -6,6 +6,12 @@ threshold at two consecutive evaluations (compile time included in wall time).
     python experiments/solve.py --env catch --seeds 0,1,2,3,4 --max-seconds 30
     python experiments/solve.py --env cartpole --seeds 0,1,2,3,4 --max-seconds 60
 
+`--set KEY=VALUE` overrides a preset field (repeatable; values parsed as JSON
+when they parse, e.g. `--set lr_decay_updates=3000`). `--vmap-seeds` trains all
+seeds together in one program (`muzero_jax.train.train_seeds`) to find the
+environment steps and updates each seed needs; its wall times are those of the
+batch, not of a single run, so use it to tune, not for time-to-solve figures.
+
 Writes one JSON object per seed to `--out` (default
 `experiments/results/solve_ENV.jsonl`) and prints a summary table.
 """
@@ -21,7 +27,7 @@ import time
 import jax
 
 from muzero_jax.presets import preset
-from muzero_jax.train import train
+from muzero_jax.train import _solved, train, train_seeds
 
 THRESHOLDS = {"catch": 0.95, "cartpole": 475.0}
 
@@ -40,13 +46,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--max-seconds", type=float, default=30.0)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a preset field (repeatable)")
+    parser.add_argument("--vmap-seeds", action="store_true",
+                        help="train the seeds together in one program (tuning)")
     args = parser.parse_args(argv)
+    overrides = _parse_overrides(args.set)
     out = args.out or os.path.join("experiments", "results", f"solve_{args.env}.jsonl")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     threshold = THRESHOLDS[args.env]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.vmap_seeds:
+        _vmapped(args, seeds, overrides, threshold, out)
+        return
     rows = []
-    for seed in (int(s) for s in args.seeds.split(",")):
-        config = preset(args.env, seed=seed)
+    for seed in seeds:
+        config = preset(args.env, seed=seed, **overrides)
         load_before = _load()
         start = time.perf_counter()
         result = train(config, max_seconds=args.max_seconds, stop_threshold=threshold)
@@ -57,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         loop_s = last["wall_s"] - first["wall_s"]
         loop_steps = last["env_steps"] - first["env_steps"]
         row = {
-            "env": args.env, "seed": seed, "threshold": threshold,
+            "env": args.env, "seed": seed, "threshold": threshold, "overrides": overrides,
             "solved": result.solved_at is not None,
             "solved_wall_s": result.solved_at and result.solved_at["wall_s"],
             "solved_env_steps": result.solved_at and result.solved_at["env_steps"],
@@ -88,6 +103,50 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['solved_env_steps'] or r['env_steps']} | {r['solved_updates'] or r['updates']}"
               f" | {r['first_iteration_wall_s']} | {r['loop_env_steps_per_s']} | "
               f"{r['load_before'] and r['load_before'][0]} |")
+
+
+def _parse_overrides(items: list[str]) -> dict:
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    return overrides
+
+
+def _vmapped(args, seeds: list[int], overrides: dict, threshold: float, out: str) -> None:
+    """All seeds in one program: env steps and updates to the criterion, per seed."""
+    if seeds != list(range(seeds[0], seeds[0] + len(seeds))):
+        raise SystemExit("--vmap-seeds needs consecutive seeds, e.g. --seeds 0,1,2,3,4")
+    config = preset(args.env, seed=seeds[0], **overrides)
+    load_before = _load()
+    result = train_seeds(config, len(seeds), max_seconds=args.max_seconds)
+    for seed, history in zip(result.seeds, result.histories):
+        evals, solved_at = [], None
+        for r in history:
+            if "eval_return" in r:
+                evals.append(r["eval_return"])
+                if solved_at is None and _solved(evals, threshold):
+                    solved_at = r
+        row = {
+            "env": args.env, "seed": seed, "threshold": threshold, "overrides": overrides,
+            "mode": "vmap_seeds", "num_seeds": len(seeds),
+            "solved": solved_at is not None,
+            "solved_env_steps": solved_at and solved_at["env_steps"],
+            "solved_updates": solved_at and solved_at["updates"],
+            "evals": [round(e, 3) for e in evals],
+            "env_steps": history[-1]["env_steps"], "wall_s": history[-1]["wall_s"],
+            "load_before": load_before, "load_after": _load(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        }
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"seed {seed}: solved={row['solved']} env_steps={row['solved_env_steps']} "
+              f"updates={row['solved_updates']} last evals={row['evals'][-6:]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,10 @@ class TrainArgs:
         in one compiled program (vmapped): one metrics stream per seed in
         DIR/seed_K/metrics.jsonl and a curve.png with the mean and spread.
         No checkpoints, no --stop-at.
+      compile_cache: JAX's persistent compilation cache: "auto"
+        ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/muzero-jax/xla), "none"
+        (off) or a directory. A repeated run of the same program skips XLA's
+        compile (about 20 s of the Catch preset's start on a 2-core CPU).
     """
 
     config: Annotated[Config, tyro.conf.arg(name="", prefix_name=False)]
@@ -100,6 +104,7 @@ class TrainArgs:
     distributed_auto: bool = False
     distributed_timeout_s: int = 120
     num_seeds: int = 1
+    compile_cache: str = "auto"
 
     def distributed(self):
         """The validated `DistributedConfig` of these flags (ValueError if inconsistent)."""
@@ -129,6 +134,7 @@ class TrainArgs:
             raise ValueError("--num-seeds runs keep no checkpoints, so they cannot --resume")
         if self.keep_checkpoints < 1:
             raise ValueError(f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}")
+        _check_compile_cache(self.compile_cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +151,8 @@ class EvalArgs:
       step: checkpoint step to evaluate (None: the latest).
       opponent: play against this opponent instead (two-player games; see
         muzero_jax.arena).
+      compile_cache: JAX's persistent compilation cache ("auto", "none" or a
+        directory; see `train --help`).
     """
 
     logdir: str
@@ -153,6 +161,7 @@ class EvalArgs:
     seed: int = 0
     step: int | None = None
     opponent: str | None = None
+    compile_cache: str = "auto"
 
     def __post_init__(self):
         if self.episodes < 1:
@@ -161,6 +170,13 @@ class EvalArgs:
             raise ValueError(f"--num-simulations must be >= 1, got {self.num_simulations}")
         if self.seed < 0:
             raise ValueError(f"--seed must be >= 0, got {self.seed}")
+        _check_compile_cache(self.compile_cache)
+
+
+def _check_compile_cache(spec: str) -> None:
+    from muzero_jax.compile_cache import resolve
+
+    resolve(spec)  # ValueError with the flag's name if unusable
 
 
 def _tyro_parse(cls, default, argv: list[str], prog: str):
@@ -308,6 +324,9 @@ def _train(argv: list[str]) -> int:
     args = _parse_train(argv)
     config = args.config
     dist = args.distributed()
+    from muzero_jax import compile_cache
+
+    compile_cache.enable(args.compile_cache)
     if dist.enabled:
         if args.logdir is None and args.resume is None:
             raise UsageError(f"{_PROG} train: a multi-host run needs --logdir (or --resume): "
@@ -411,6 +430,9 @@ def _eval(argv: list[str]) -> int:
         raise UsageError(f"{_PROG} eval: {e}") from None
     if not os.path.isdir(args.logdir):
         raise UsageError(f"{_PROG} eval: --logdir {args.logdir} is not a directory")
+    from muzero_jax import compile_cache
+
+    compile_cache.enable(args.compile_cache)
     evaluate_against = None
     if args.opponent is not None:
         try:
