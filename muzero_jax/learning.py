@@ -127,6 +127,7 @@ class Trainer(NamedTuple):
       reward_support: reward support.
       search_fn: the search in use.
       config: the config the trainer was built from (never passed to jit).
+      num_seeds: seeds batched in one program (1: a plain run).
     """
 
     init: Callable[[chex.PRNGKey], TrainState]
@@ -139,6 +140,7 @@ class Trainer(NamedTuple):
     reward_support: DiscreteSupport
     search_fn: Callable[..., mctx.PolicyOutput]
     config: Config
+    num_seeds: int = 1
 
 
 def make_mesh(num_devices: int = 0) -> Mesh:
@@ -559,7 +561,7 @@ def make_train(
     return Trainer(
         init=init, iteration=iteration, evaluate=evaluate, mesh=mesh, env=env,
         networks=networks, value_support=value_support, reward_support=reward_support,
-        search_fn=search_fn, config=config,
+        search_fn=search_fn, config=config, num_seeds=num_seeds,
     )
 
 

@@ -216,6 +216,9 @@ def train(
     """
     call_start = time.perf_counter()
     trainer = trainer or make_train(config)
+    if trainer.num_seeds != 1:
+        raise ValueError(f"this trainer batches {trainer.num_seeds} seeds: run it with "
+                         "train_seeds(config, num_seeds, trainer=trainer)")
     root_key = jax.random.key(config.seed)
     init_key, eval_root = jax.random.split(root_key)
     main = _is_main()
@@ -388,6 +391,7 @@ def train_seeds(
     max_seconds: float | None = None,
     max_iterations: int | None = None,
     on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
+    trainer: Trainer | None = None,
 ) -> SeedsResult:
     """Trains `num_seeds` independent runs in one compiled program.
 
@@ -396,11 +400,17 @@ def train_seeds(
     fraction of the cost of separate runs: the fast way to confidence
     intervals. With `logdir`, writes `config.json`, `seed_K/metrics.jsonl` per
     seed and `curve.png` (mean and min-max spread over seeds). No checkpoints.
+    `trainer`, if given, must come from `make_train(config, num_seeds=num_seeds,
+    ...)` (e.g. with a custom `loss_fn` or `search_fn`).
     """
     if num_seeds < 2:
         raise ValueError(f"train_seeds needs num_seeds >= 2, got {num_seeds}")
     start = time.perf_counter()
-    trainer = make_train(config, num_seeds=num_seeds)
+    if trainer is None:
+        trainer = make_train(config, num_seeds=num_seeds)
+    elif trainer.num_seeds != num_seeds:
+        raise ValueError(f"trainer was made for num_seeds={trainer.num_seeds}, "
+                         f"not {num_seeds}")
     seeds = [config.seed + k for k in range(num_seeds)]
     keys = [jax.random.split(jax.random.key(seed)) for seed in seeds]
     init_keys = jax.numpy.stack([k[0] for k in keys])

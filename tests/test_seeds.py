@@ -65,3 +65,13 @@ def test_bad_num_seeds(flags, message, capsys):
 def test_make_train_checks_num_seeds_and_keys():
     with pytest.raises(ValueError, match="num_seeds must be an integer >= 1"):
         make_train(preset("catch", **TINY), num_seeds=0)
+    # A trainer built for S seeds runs only through train_seeds(S), and back.
+    from muzero_jax.train import train_seeds
+
+    config = preset("catch", **TINY)
+    three = make_train(config, num_seeds=3)
+    assert three.num_seeds == 3 and make_train(config).num_seeds == 1
+    with pytest.raises(ValueError, match="batches 3 seeds"):
+        train(config, trainer=three, max_iterations=1)
+    with pytest.raises(ValueError, match="made for num_seeds=3, not 2"):
+        train_seeds(config, 2, trainer=three, max_iterations=1)
