@@ -24,20 +24,9 @@ import os
 import platform
 import time
 
-import jax
-
+from muzero_jax.bench.solve import THRESHOLDS, load_average, solve, table
 from muzero_jax.presets import preset
-from muzero_jax.train import _solved, train, train_seeds
-
-THRESHOLDS = {"catch": 0.95, "cartpole": 475.0}
-
-
-def _load() -> list[float] | None:
-    """The 1, 5 and 15-minute load averages (a shared machine slows every figure)."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
+from muzero_jax.train import _solved, train_seeds
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,48 +50,15 @@ def main(argv: list[str] | None = None) -> None:
         return
     rows = []
     for seed in seeds:
-        config = preset(args.env, seed=seed, **overrides)
-        load_before = _load()
-        start = time.perf_counter()
-        result = train(config, max_seconds=args.max_seconds, stop_threshold=threshold)
-        first = result.history[0]
-        last = result.history[-1]
-        # Whole-loop throughput (acting + learning + evaluation) after the
-        # first iteration, which carries the compile.
-        loop_s = last["wall_s"] - first["wall_s"]
-        loop_steps = last["env_steps"] - first["env_steps"]
-        row = {
-            "env": args.env, "seed": seed, "threshold": threshold, "overrides": overrides,
-            "solved": result.solved_at is not None,
-            "solved_wall_s": result.solved_at and result.solved_at["wall_s"],
-            "solved_env_steps": result.solved_at and result.solved_at["env_steps"],
-            "solved_updates": result.solved_at and result.solved_at["updates"],
-            "first_iteration_wall_s": first["wall_s"],
-            "sps_median": sorted(r["sps"] for r in result.history)[len(result.history) // 2],
-            "loop_env_steps_per_s": round(loop_steps / loop_s, 1) if loop_s > 0 else None,
-            "final_eval_return": next((r["eval_return"] for r in reversed(result.history)
-                                       if "eval_return" in r), None),
-            "env_steps": last["env_steps"], "updates": last["updates"],
-            "wall_s": round(time.perf_counter() - start, 2),
-            "load_before": load_before, "load_after": _load(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-            "machine": platform.machine(), "cpus": os.cpu_count(),
-            "device": jax.devices()[0].device_kind, "jax": jax.__version__,
-        }
+        row = dict(solve(args.env, seed, max_seconds=args.max_seconds, overrides=overrides),
+                   machine=platform.machine(), cpus=os.cpu_count())
         rows.append(row)
         with open(out, "a") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
     solved = sum(r["solved"] for r in rows)
     print(f"{args.env}: solved {solved}/{len(rows)} seeds within {args.max_seconds:g}s")
-    print("| seed | solved | wall s | env steps | updates | first iteration s | loop steps/s |"
-          " load |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['seed']} | {r['solved']} | {r['solved_wall_s'] or r['wall_s']} | "
-              f"{r['solved_env_steps'] or r['env_steps']} | {r['solved_updates'] or r['updates']}"
-              f" | {r['first_iteration_wall_s']} | {r['loop_env_steps_per_s']} | "
-              f"{r['load_before'] and r['load_before'][0]} |")
+    print(table(rows))
 
 
 def _parse_overrides(items: list[str]) -> dict:
@@ -123,7 +79,7 @@ def _vmapped(args, seeds: list[int], overrides: dict, threshold: float, out: str
     if seeds != list(range(seeds[0], seeds[0] + len(seeds))):
         raise SystemExit("--vmap-seeds needs consecutive seeds, e.g. --seeds 0,1,2,3,4")
     config = preset(args.env, seed=seeds[0], **overrides)
-    load_before = _load()
+    load_before = load_average()
     result = train_seeds(config, len(seeds), max_seconds=args.max_seconds)
     for seed, history in zip(result.seeds, result.histories):
         evals, solved_at = [], None
@@ -140,7 +96,7 @@ def _vmapped(args, seeds: list[int], overrides: dict, threshold: float, out: str
             "solved_updates": solved_at and solved_at["updates"],
             "evals": [round(e, 3) for e in evals],
             "env_steps": history[-1]["env_steps"], "wall_s": history[-1]["wall_s"],
-            "load_before": load_before, "load_after": _load(),
+            "load_before": load_before, "load_after": load_average(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         }
         with open(out, "a") as f:

@@ -348,6 +348,11 @@ def train(
             save(iteration)  # Ctrl-C between iterations: keep the progress
         raise
     finally:
+        if join_eval_compile is not None:
+            # A run that stops before its first evaluation must not leave XLA
+            # compiling in a daemon thread: killed at interpreter exit, it
+            # aborts the process ("terminate called ...").
+            join_eval_compile()
         if sink:
             sink.close()
         if logger is not None:

@@ -30,9 +30,15 @@ def test_e2e_counts_environment_steps(tmp_path):
     tiny = dict(num_envs=8, rollout_length=4, batch_size=8, replay_ratio=1 / 32,
                 num_simulations=4, replay_capacity=40, min_replay_steps=16)
     code = bench.main(["e2e", "--envs", "catch", "--iterations", "2", "--set", json.dumps(tiny),
-                       "--json", str(out)])
+                       "--json", str(out), "--solve-seeds", "3", "--max-seconds", "0.5"])
     assert code == 0
-    (row,) = json.loads(out.read_text())["rows"]
+    row, solve = json.loads(out.read_text())["rows"]
+    # The time-to-threshold row: seed 3, stopped by the budget after one
+    # iteration (which compiles), before the two evaluations "solved" needs
+    # and before learning starts (16 rows per environment).
+    assert solve["kind"] == "time_to_threshold" and solve["seed"] == 3
+    assert solve["threshold"] == 0.95 and not solve["solved"]
+    assert solve["env_steps"] == 32 and solve["updates"] == 0
     # 8 envs x 4 steps per iteration; 1 update of batch 8 per iteration.
     assert row["env_steps_per_s"] == pytest.approx(32 / row["iteration_median_s"])
     assert row["learner_samples_per_s"] == pytest.approx(row["env_steps_per_s"] * 8 / 32)
@@ -50,6 +56,8 @@ def test_e2e_counts_environment_steps(tmp_path):
         (["e2e", "--set", '{"num_envs": -1}'], "num_envs"),
         (["nonsense"], "invalid choice"),
         (["e2e", "--num-devices", "64"], "JAX sees"),
+        (["e2e", "--solve-seeds", "x"], "seeds >= 0"),
+        (["e2e", "--max-seconds", "0"], "--max-seconds must be > 0"),
         (["search", "--actions", "x"], None),
     ],
 )

@@ -8,7 +8,10 @@
 - `search`: simulations/s of the built-in searches and raw mctx policies
   (`muzero_jax.bench.search`).
 - `e2e`: environment steps/s of whole training iterations (acting with search,
-  replay, learning at the preset's replay ratio) per environment.
+  replay, learning at the preset's replay ratio) per environment; with
+  `--solve-seeds 0,1,2`, also the wall time (compile included), environment
+  steps and updates each seed needs to reach the solved threshold
+  (`muzero_jax.bench.solve`).
 
 Timings: one warm-up call (which compiles), then `--repeats` timed calls, each
 ended with `block_until_ready`; the table shows the median and the min-max
@@ -206,6 +209,16 @@ def _ints(text: str) -> list[int]:
     return values
 
 
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"expected seeds >= 0 like 0,1,2, got {text!r}")
+    return seeds
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -248,6 +261,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="comma-separated device counts to compare, e.g. 1,2,4 "
                      "(default: all devices JAX sees)")
     e2e.add_argument("--set", default="{}", help="JSON object of config overrides")
+    e2e.add_argument("--solve-seeds", type=_seeds, default=[],
+                     help="also train these seeds (e.g. 0,1,2) to the solved threshold "
+                          "(catch 0.95, cartpole 475) and report wall time, env steps "
+                          "and updates (compile included)")
+    e2e.add_argument("--max-seconds", type=float, default=120.0,
+                     help="wall-time budget of each --solve-seeds run")
     e2e.add_argument("--json", default=None, help="write the rows and machine info here")
     sub.add_parser("search", help="simulations/s of batched search (see --help there)",
                    add_help=False)
@@ -316,6 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     preset(env, **overrides)
             except (ValueError, TypeError) as e:
                 raise _UsageError(f"{_PROG} e2e: {e}") from None
+            if args.max_seconds <= 0:
+                raise _UsageError(f"{_PROG} e2e: --max-seconds must be > 0, "
+                                  f"got {args.max_seconds:g}")
             counts = args.num_devices or [overrides.get("num_devices", 0)]
             if max(counts) > jax.device_count():
                 raise _UsageError(f"{_PROG} e2e: --num-devices {max(counts)} but JAX sees "
@@ -327,6 +349,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_table(rows, ("env", "num_devices", "env_steps_per_s", "env_steps_per_s_min",
                                 "env_steps_per_s_max", "learner_samples_per_s",
                                 "first_iteration_s")))
+            if args.solve_seeds:
+                from muzero_jax.bench.solve import THRESHOLDS, solve, table
+
+                for env in envs:
+                    if env not in THRESHOLDS:
+                        continue
+                    solved = [solve(env, seed, max_seconds=args.max_seconds,
+                                    overrides=overrides) for seed in args.solve_seeds]
+                    print(table(solved))
+                    rows += [dict(r, kind="time_to_threshold") for r in solved]
         _write(rows, args.json, argv)
     except _UsageError as e:
         print(str(e).splitlines()[0], file=sys.stderr)
