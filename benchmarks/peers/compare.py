@@ -61,13 +61,13 @@ def matched_mlp():
 class LightZero:
     """`lightzero_bench.py serve` in the peer venv: one JSON request, JSON rows back."""
 
-    def __init__(self, python: str, log_path: str, threads: int):
+    def __init__(self, python: str, log_path: str, threads: int, cwd: str):
         if not os.path.exists(python):
             raise SystemExit(f"{python} not found: run bash benchmarks/peers/setup_lightzero.sh")
         self.log = open(log_path, "w")
         env = dict(os.environ, LIGHTZERO_BENCH_THREADS=str(threads))
         self.proc = subprocess.Popen(
-            [python, os.path.join(HERE, "lightzero_bench.py"), "serve"], cwd=HERE,
+            [python, os.path.join(HERE, "lightzero_bench.py"), "serve"], cwd=cwd,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
 
     def __call__(self, **request) -> list[dict[str, Any]]:
@@ -312,8 +312,9 @@ def run_e2e(lz: LightZero, our_seconds: float, lz_seconds: float, seed: int, ord
                                                       "loop_env_steps_per_s")}))
         else:
             log(f"e2e: LightZero CartPole config ({lz_seconds:g} s), load {load()}")
+            # DI-engine puts its logs under ./<exp_name>; the worker runs in out_dir.
             theirs.append(lz(bench="e2e", seconds=lz_seconds, seed=seed,
-                             exp_dir=os.path.join(out_dir, "lightzero_e2e"))[0])
+                             exp_dir=f"lightzero_e2e_{len(theirs)}")[0])
             log(json.dumps({k: theirs[-1][k] for k in ("env_steps", "env_steps_per_s",
                                                         "first_eval_at_threshold",
                                                         "two_consecutive_evals_at_threshold",
@@ -418,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text, flush=True)
 
     lz = LightZero(args.lightzero_python, os.path.join(work_dir, "lightzero_worker.log"),
-                   args.torch_threads)
+                   args.torch_threads, work_dir)
     result: dict[str, Any] = {
         "argv": list(sys.argv[1:] if argv is None else argv),
         "machine": our_info(), "lightzero": lz(bench="info")[0],

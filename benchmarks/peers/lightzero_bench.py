@@ -423,7 +423,8 @@ def e2e(seconds: float, seed: int = 0, env_id: str = "CartPole-v1", exp_dir: str
     # we record every evaluation and apply ours afterwards.
     main_config.env.stop_value = int(1e9)
     main_config.policy.cuda = False
-    exp_dir = exp_dir or f"/tmp/lightzero_e2e_{os.getpid()}"
+    # DI-engine writes its logs and checkpoints under ./<exp_name> (relative).
+    exp_dir = exp_dir or f"lightzero_e2e_{os.getpid()}"
     main_config.exp_name = os.path.join(exp_dir, "cartpole_muzero")
 
     start = time.perf_counter()

@@ -139,6 +139,10 @@ EOF
 #    compiled extension shipped in the wheel.
 "$venv/bin/python" - <<'EOF'
 import lzero.mcts, lzero.policy.muzero, lzero.model.muzero_model_mlp  # noqa: F401
+# The CartPole end-to-end path (yapf: DI-engine formats the saved config with it).
+from lzero.entry import train_muzero  # noqa: F401
+import zoo.classic_control.cartpole.envs.cartpole_lightzero_env  # noqa: F401
+import yapf  # noqa: F401
 from lzero.mcts.ctree.ctree_muzero import mz_tree
 import torch
 print("lightzero venv ok: torch", torch.__version__, "| ctree", mz_tree.__file__)
