@@ -6,6 +6,8 @@ threshold at two consecutive evaluations (compile time included in wall time).
     python experiments/solve.py --env catch --seeds 0,1,2,3,4 --max-seconds 30
     python experiments/solve.py --env cartpole --seeds 0,1,2,3,4 --max-seconds 60
 
+Every run compiles cold unless `--compile-cache DIR` (then the first seed
+fills the cache and the later ones start warm; the rows record which).
 `--set KEY=VALUE` overrides a preset field (repeatable; values parsed as JSON
 when they parse, e.g. `--set lr_decay_updates=3000`). `--vmap-seeds` trains all
 seeds together in one program (`muzero_jax.train.train_seeds`) to find the
@@ -37,10 +39,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a preset field (repeatable)")
+    parser.add_argument("--compile-cache", default="none",
+                        help="persistent compilation cache: 'none' (default: every run "
+                             "compiles cold), 'auto' or a directory (warm after its first run)")
     parser.add_argument("--vmap-seeds", action="store_true",
                         help="train the seeds together in one program (tuning)")
     args = parser.parse_args(argv)
     overrides = _parse_overrides(args.set)
+    from muzero_jax import compile_cache
+
+    cache = compile_cache.enable(args.compile_cache)
     out = args.out or os.path.join("experiments", "results", f"solve_{args.env}.jsonl")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     threshold = THRESHOLDS[args.env]
@@ -51,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for seed in seeds:
         row = dict(solve(args.env, seed, max_seconds=args.max_seconds, overrides=overrides),
-                   machine=platform.machine(), cpus=os.cpu_count())
+                   machine=platform.machine(), cpus=os.cpu_count(), compile_cache=cache)
         rows.append(row)
         with open(out, "a") as f:
             f.write(json.dumps(row) + "\n")
