@@ -13,6 +13,10 @@ first and as second player after <= 10 minutes of training on a 2-core CPU;
 Connect Four, >= 90 % wins vs 200-simulation random-rollout MCTS within 30
 minutes. Go 9x9 (`--env go_9x9`) is sized for a GPU.
 
+For TicTacToe with a deterministic search (the preset's `gumbel_scale` 0) each
+evaluation also records `exact`: the agent's outcome rates against minimax
+computed over the whole game tree (`exact_tic_tac_toe`) rather than sampled.
+
 Writes `--out/ENV_seedS.json` (config, every evaluation, the first evaluation
 that met the target, machine and load) and prints one line per evaluation.
 """
@@ -26,8 +30,9 @@ import platform
 import time
 
 import jax
+import numpy as np
 
-from muzero_jax.arena import evaluate_against
+from muzero_jax.arena import evaluate_against, solve_tic_tac_toe
 from muzero_jax.config import config_to_dict
 from muzero_jax.learning import make_train
 from muzero_jax.presets import preset
@@ -43,6 +48,69 @@ def met_target(env: str, result: dict) -> bool:
     if env == "connect_four":
         return first["win"] >= 0.9 and second["win"] >= 0.9
     return first["win"] >= 0.99 and second["win"] >= 0.99
+
+
+_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+
+
+def exact_tic_tac_toe(agent, agent_seat: int) -> dict:
+    """Exact outcome rates of the agent against minimax with uniform tie-breaking.
+
+    Walks the whole game tree: at the agent's turns it takes the agent's move
+    (one batched search over every position reached at that ply), at the
+    opponent's turns it branches over every optimal move with equal weight, as
+    `arena`'s minimax draws among them. Exact only for a deterministic agent
+    (e.g. Gumbel search with `gumbel_scale = 0`); the sampled matches of
+    `evaluate_against` estimate the same rates.
+
+    Returns:
+      `{"win", "draw", "loss"}` probabilities, `losing_lines` (how many
+      distinct move sequences of the opponent lead to a loss) and
+      `losing_examples` (up to 5 of those games, as cell numbers 0-8, row
+      major, first player's move first).
+    """
+    table, powers = solve_tic_tac_toe(), 3 ** np.arange(9)
+    # Board (cells: 0 empty, 1 first player, 2 second) -> (probability, lines, one move list).
+    frontier = {(0,) * 9: (1.0, 1, ())}
+    out = {"win": 0.0, "draw": 0.0, "loss": 0.0, "losing_lines": 0, "losing_examples": []}
+    for ply in range(9):
+        mover = 1 + ply % 2
+        boards = list(frontier)
+        mine = np.array([[c == mover for c in b] for b in boards], np.float32)
+        theirs = np.array([[c == 3 - mover for c in b] for b in boards], np.float32)
+        if ply % 2 == agent_seat:
+            size = max(64, 1 << (len(boards) - 1).bit_length())  # few compiled batch shapes
+            obs = np.zeros((size, 9, 2), np.float32)
+            obs[: len(boards), :, 0], obs[: len(boards), :, 1] = mine, theirs
+            legal = obs.sum(-1) == 0
+            actions = np.asarray(agent.act(obs.reshape(size, 3, 3, 2), legal))[: len(boards)]
+            moves = [[(int(a), 1.0)] for a in actions]
+        else:
+            codes = (mine + 2 * theirs).astype(np.int64) @ powers
+            q = table[codes]
+            moves = [[(int(a), 1.0 / len(best)) for a in best]
+                     for best in (np.flatnonzero(row == row.max()) for row in q)]
+        nxt: dict = {}
+        for board, options in zip(boards, moves):
+            prob, lines, history = frontier[board]
+            for a, w in options:
+                child = board[:a] + (mover,) + board[a + 1:]
+                if any(all(child[i] == mover for i in line) for line in _LINES):
+                    key = "win" if ply % 2 == agent_seat else "loss"
+                    out[key] += prob * w
+                    if key == "loss":
+                        out["losing_lines"] += lines
+                        if len(out["losing_examples"]) < 5:
+                            out["losing_examples"].append(list(history + (a,)))
+                elif all(child):
+                    out["draw"] += prob * w
+                else:
+                    p0, l0, h0 = nxt.get(child, (0.0, 0, history + (a,)))
+                    nxt[child] = (p0 + prob * w, l0 + lines, h0)
+        frontier = nxt
+        if not frontier:
+            break
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 
 def _load() -> list[float] | None:
@@ -83,10 +151,15 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
             "loss": float(metrics.loss),
             **{k: result[k] for k in ("as_first", "as_second")},
         }
+        if env == "tic_tac_toe" and opponent == "minimax" and _deterministic(config):
+            row["exact"] = {seat: exact_tic_tac_toe(agent, i)
+                            for i, seat in enumerate(("as_first", "as_second"))}
         evals.append(row)
+        exact = "".join(f" | exact {seat[3:]} loss {row['exact'][seat]['loss']:.3f}"
+                        for seat in row.get("exact", {}))
         print(f"iter {iteration:5d} steps {row['env_steps']:8d} train {train_s:7.1f}s | "
-              f"first W/D/L {_fmt(row['as_first'])} | second W/D/L {_fmt(row['as_second'])}",
-              flush=True)
+              f"first W/D/L {_fmt(row['as_first'])} | second W/D/L {_fmt(row['as_second'])}"
+              f"{exact}", flush=True)
         if met_target(env, result) and met_at is None:
             met_at = row
     return {
@@ -108,6 +181,12 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "config": config_to_dict(config),
     }
+
+
+def _deterministic(config) -> bool:
+    """The evaluation search has no randomness (Gumbel search with gumbel_scale 0)."""
+    return (config.search == "gumbel_muzero"
+            and config.parsed_search_kwargs().get("gumbel_scale", 1.0) == 0.0)
 
 
 def _fmt(rates: dict) -> str:
