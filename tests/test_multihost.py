@@ -216,14 +216,19 @@ _SAME_UPDATE = textwrap.dedent(
 )
 
 
-def test_four_devices_take_the_same_learner_step_as_one():
+def _run_on_four_devices(code: str, timeout: int) -> dict:
+    """Runs `code` in a child with 4 fake CPU devices; returns its `RESULT {json}` line."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-c", _SAME_UPDATE], capture_output=True, text=True,
-                          env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT "):])
+
+
+def test_four_devices_take_the_same_learner_step_as_one():
+    out = _run_on_four_devices(_SAME_UPDATE, timeout=600)
     assert out["moved"] > 1e-4  # the steps changed the parameters
     for a, b in zip(out["1"]["params"], out["4"]["params"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
@@ -248,13 +253,7 @@ _LEARN_4 = textwrap.dedent(
 
 @pytest.mark.slow
 def test_catch_learns_on_four_fake_devices():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-c", _LEARN_4], capture_output=True, text=True,
-                          env=env, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT "):])
+    out = _run_on_four_devices(_LEARN_4, timeout=1200)
     assert out["devices"] == 4
     assert out["eval"] > 0.5, out  # random play scores about -0.6
 
