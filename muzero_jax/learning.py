@@ -43,6 +43,7 @@ from muzero_jax.loss import LossBatch, unrolled_loss
 from muzero_jax.networks import Networks, make_networks
 from muzero_jax.replay import ReplayState, Trajectory, make_replay_buffer
 from muzero_jax.search import (
+    BUILTIN_SEARCHES,
     check_search_fn,
     make_recurrent_fn,
     make_root_fn,
@@ -128,6 +129,10 @@ class Trainer(NamedTuple):
       search_fn: the search in use.
       config: the config the trainer was built from (never passed to jit).
       num_seeds: seeds batched in one program (1: a plain run).
+      state_shapes: `state_shapes(rng_key) -> TrainState` of
+        `jax.ShapeDtypeStruct`s with the shardings `init` places the state on:
+        what `iteration.lower(...)` needs to compile before (or while) `init`
+        runs. Nothing is compiled or run.
     """
 
     init: Callable[[chex.PRNGKey], TrainState]
@@ -141,6 +146,7 @@ class Trainer(NamedTuple):
     search_fn: Callable[..., mctx.PolicyOutput]
     config: Config
     num_seeds: int = 1
+    state_shapes: Callable[[chex.PRNGKey], TrainState] | None = None
 
 
 def make_mesh(num_devices: int = 0) -> Mesh:
@@ -318,19 +324,25 @@ def make_train(
     recurrent_fn = make_recurrent_fn(
         networks, value_support, reward_support, discount=config.discount, two_player=two_player
     )
+    # A built-in search without search_kwargs is known to fit; anything else
+    # (a user's search, or kwargs that may not bind) is checked once with
+    # abstract shapes before anything is compiled. Tracing mctx's search for
+    # the check costs about a second of a cold start.
+    trusted = (search_fn is None and config.search in BUILTIN_SEARCHES
+               and not config.parsed_search_kwargs())
     if search_fn is None:
         search_fn = resolve_search(config.search, config.parsed_search_kwargs())
     elif config.parsed_search_kwargs():
         search_fn = functools.partial(search_fn, **config.parsed_search_kwargs())
 
-    # Check the search once with abstract shapes, before compiling anything.
-    obs_spec = jax.ShapeDtypeStruct((local_envs,) + env.observation_shape, jnp.float32)
-    params_spec = jax.eval_shape(networks.init, jax.random.key(0), obs_spec)
-    check_search_fn(
-        search_fn, root_fn, recurrent_fn, params_spec, obs_spec,
-        jax.ShapeDtypeStruct((local_envs, env.num_actions), jnp.bool_),
-        num_simulations=config.num_simulations,
-    )
+    if not trusted:
+        obs_spec = jax.ShapeDtypeStruct((local_envs,) + env.observation_shape, jnp.float32)
+        params_spec = jax.eval_shape(networks.init, jax.random.key(0), obs_spec)
+        check_search_fn(
+            search_fn, root_fn, recurrent_fn, params_spec, obs_spec,
+            jax.ShapeDtypeStruct((local_envs, env.num_actions), jnp.bool_),
+            num_simulations=config.num_simulations,
+        )
 
     buffer = make_replay_buffer(
         num_envs=local_envs,
@@ -510,9 +522,8 @@ def make_train(
         iteration = jax.jit(sharded, donate_argnums=0, compiler_options=compiler_options)
         specs_out = specs
 
-    @jax.jit
     def build_state(rng_key: chex.PRNGKey) -> TrainState:
-        # One small compiled program: run eagerly, the many little ops of
+        # One small compiled program (jitted below): run eagerly, the many little ops of
         # network, optimiser, replay and environment initialisation would each
         # compile on their own (tens of seconds on a 2-core CPU).
         param_key, device_key = jax.random.split(rng_key)
@@ -538,17 +549,35 @@ def make_train(
         )
         return state
 
+    build_one = jax.jit(build_state, compiler_options=compiler_options)
+    build_many = jax.jit(jax.vmap(build_state), compiler_options=compiler_options)
+
     def init(rng_key: chex.PRNGKey) -> TrainState:
         if num_seeds > 1:
             if rng_key.shape != (num_seeds,):
                 raise ValueError(f"init of {num_seeds} seeds needs {num_seeds} keys, got "
                                  f"shape {rng_key.shape}")
-            state = jax.jit(jax.vmap(build_state))(rng_key)
+            build = build_many
         else:
-            state = build_state(rng_key)
+            build = build_one
+        if isinstance(rng_key, jax.core.Tracer):
+            # Traced (e.g. `jax.eval_shape(init, key)`): a nested jit may not
+            # carry compiler options, and nothing is compiled here anyway.
+            build = jax.vmap(build_state) if num_seeds > 1 else build_state
+        state = build(rng_key)
         shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs_out,
                                  is_leaf=lambda x: isinstance(x, P))
         return place_on_mesh(state, shardings)
+
+    def state_shapes(rng_key: chex.PRNGKey) -> TrainState:
+        shapes = (build_many if num_seeds > 1 else build_one).eval_shape(rng_key)
+        shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs_out,
+                                 is_leaf=lambda x: isinstance(x, P))
+        return jax.tree.map(
+            lambda sharding, sub: jax.tree.map(
+                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), sub),
+            shardings, shapes, is_leaf=lambda x: isinstance(x, NamedSharding),
+        )
 
     evaluate = make_evaluate(
         env, root_fn, recurrent_fn, search_fn,
@@ -561,7 +590,7 @@ def make_train(
     return Trainer(
         init=init, iteration=iteration, evaluate=evaluate, mesh=mesh, env=env,
         networks=networks, value_support=value_support, reward_support=reward_support,
-        search_fn=search_fn, config=config, num_seeds=num_seeds,
+        search_fn=search_fn, config=config, num_seeds=num_seeds, state_shapes=state_shapes,
     )
 
 

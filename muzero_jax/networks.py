@@ -65,6 +65,10 @@ class MLPConfig:
         policy heads.
       activation: name of a `jax.nn` activation (e.g. "relu", "elu").
       layer_norm: apply LayerNorm after each hidden layer.
+      reward_input: what the reward head reads: "torso", the dynamics torso's
+        last hidden layer (default), or "latent", the next hidden state
+        before its min-max scaling (muzero-general's fully connected layout;
+        with `hidden_sizes` wider than `latent_size` a smaller head).
     """
 
     hidden_sizes: tuple[int, ...] = (64,)
@@ -72,8 +76,13 @@ class MLPConfig:
     head_hidden_sizes: tuple[int, ...] = (64,)
     activation: str = "relu"
     layer_norm: bool = True
+    reward_input: str = "torso"
 
     def __post_init__(self):
+        if self.reward_input not in ("torso", "latent"):
+            raise ValueError(
+                f"reward_input must be 'torso' or 'latent', got {self.reward_input!r}"
+            )
         _check_sizes("hidden_sizes", self.hidden_sizes)
         _check_sizes("head_hidden_sizes", self.head_hidden_sizes, allow_empty=True)
         _check_positive("latent_size", self.latent_size)
@@ -240,9 +249,10 @@ def _build_mlp(cfg: MLPConfig, num_actions: int, value_bins: int, reward_bins: i
     def dynamics(hidden, action):
         x = jnp.concatenate([hidden, jax.nn.one_hot(action, num_actions)], axis=-1)
         x = _mlp(cfg.hidden_sizes, act, cfg.layer_norm, "dynamics")(x)
-        nxt = min_max_normalize(hk.Linear(cfg.latent_size, name="dynamics_out")(x))
-        reward = _head(cfg.head_hidden_sizes, reward_bins, act, cfg.layer_norm, "reward")(x)
-        return nxt, reward
+        raw = hk.Linear(cfg.latent_size, name="dynamics_out")(x)
+        reward_in = x if cfg.reward_input == "torso" else raw
+        reward = _head(cfg.head_hidden_sizes, reward_bins, act, cfg.layer_norm, "reward")(reward_in)
+        return min_max_normalize(raw), reward
 
     def prediction(hidden):
         policy = _head(cfg.head_hidden_sizes, num_actions, act, cfg.layer_norm, "policy")(hidden)

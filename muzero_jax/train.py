@@ -126,21 +126,56 @@ def _solved(evals: list[float], threshold: float) -> bool:
     return len(evals) >= 2 and evals[-1] >= threshold and evals[-2] >= threshold
 
 
-def _precompile(trainer: Trainer, state: TrainState, eval_key) -> Callable[[], None]:
-    """Compiles evaluation in a background thread while training starts.
+def _compile_in_background(compile_fn: Callable[[], Any]) -> Callable[[], None]:
+    """Runs `compile_fn` in a thread; returns a function that waits for it.
 
-    XLA compiles outside the GIL, so on a multi-core machine the evaluation
-    program is ready by the first evaluation at no wall-time cost.
+    XLA compiles outside the GIL, so the compile overlaps whatever the main
+    thread does meanwhile, and its executable lands in JAX's caches where the
+    first call finds it. A failure is dropped here: the first call compiles
+    again and raises it where it belongs.
     """
     def work():
         try:
-            trainer.evaluate.lower(state.params, eval_key).compile()
-        except Exception:  # noqa: BLE001 - a failure here resurfaces at first use
+            compile_fn()
+        except Exception:  # noqa: BLE001 - resurfaces at first use
             pass
 
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
     return thread.join
+
+
+def _run_in_background(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Runs `fn` in a thread; the returned function waits and returns its
+    result, or raises what it raised."""
+    box: dict[str, Any] = {}
+
+    def work():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+
+    def join():
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return join
+
+
+def _abstract_state(trainer: Trainer, state: TrainState | None, init_key) -> TrainState | None:
+    """Shapes, dtypes and shardings of the state the run starts from."""
+    if state is not None:
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+    if trainer.state_shapes is not None:
+        return trainer.state_shapes(init_key)
+    return None
 
 
 def _is_main() -> bool:
@@ -254,11 +289,34 @@ def train(
     elif resume:
         raise ValueError("resume=True needs a logdir")
     start = call_start - wall_offset  # wall_s counts every part of a resumed run
+    # Cold start (2-core CPU: every stage is CPU-bound, so the order matters).
+    # The critical path is tracing the iteration, then its XLA compile (the
+    # longest stage). So: `init` runs in a thread (its own compile overlaps
+    # the tracing), the iteration is traced and lowered here from the state's
+    # shapes and compiles in a thread, then the evaluation is traced here and
+    # compiles beside it. The executables land in JAX's caches, where the
+    # first calls find them.
+    abstract = _abstract_state(trainer, state, init_key)
+    join_init = None
+    if state is None and abstract is not None:
+        join_init = _run_in_background(lambda: trainer.init(init_key))
+    join_iteration_compile = join_eval_compile = None
+    try:
+        if abstract is not None:
+            lowered = trainer.iteration.lower(abstract)
+            join_iteration_compile = _compile_in_background(lowered.compile)
+        if config.eval_every > 0 and abstract is not None:
+            lowered_eval = trainer.evaluate.lower(abstract.params, jax.random.key(0))
+            join_eval_compile = _compile_in_background(lowered_eval.compile)
+    finally:
+        if join_init is not None:
+            state = join_init()  # raises what init raised
     if state is None:
         state = trainer.init(init_key)
-    join_eval_compile = None
-    if config.eval_every > 0:
-        join_eval_compile = _precompile(trainer, state, jax.random.key(0))
+    if join_eval_compile is None and config.eval_every > 0:
+        eval_params = state.params
+        join_eval_compile = _compile_in_background(
+            lambda: trainer.evaluate.lower(eval_params, jax.random.key(0)).compile())
     history: list[dict[str, Any]] = []
     sink = open(metrics_path, "a") if (metrics_path and logger is None and main) else None  # noqa: SIM115
     iteration = int(jax.device_get(state.counters.iterations))
@@ -286,6 +344,9 @@ def train(
                 stop_reason = "max_iterations"
                 break
             t0 = time.perf_counter()
+            if join_iteration_compile is not None:
+                join_iteration_compile()  # never compile the same program twice at once
+                join_iteration_compile = None
             valid = False
             state, metrics = trainer.iteration(state)
             valid = True
@@ -348,6 +409,8 @@ def train(
             save(iteration)  # Ctrl-C between iterations: keep the progress
         raise
     finally:
+        if join_iteration_compile is not None:
+            join_iteration_compile()
         if join_eval_compile is not None:
             # A run that stops before its first evaluation must not leave XLA
             # compiling in a daemon thread: killed at interpreter exit, it

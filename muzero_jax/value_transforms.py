@@ -30,6 +30,19 @@ def h_inverse(x: chex.Array, eps: float = 1e-3) -> chex.Array:
     return rlax.signed_parabolic(x, eps)
 
 
+def _h_float(x: float, eps: float) -> float:
+    """`h_transform` of a Python float, in float64 (no device op at build time)."""
+    return math.copysign(math.sqrt(abs(x) + 1.0) - 1.0, x) + eps * x
+
+
+def _h_inverse_float(x: float, eps: float) -> float:
+    """`h_inverse` of a Python float, in float64 (no device op at build time)."""
+    if eps == 0.0:
+        return math.copysign((abs(x) + 1.0) ** 2 - 1.0, x)
+    root = (math.sqrt(1.0 + 4.0 * eps * (abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return math.copysign(root * root - 1.0, x)
+
+
 @dataclasses.dataclass(frozen=True)
 class DiscreteSupport:
     """A categorical support over [-max_value, max_value] in transformed space.
@@ -68,7 +81,7 @@ class DiscreteSupport:
         """The largest |scalar| representable without clipping."""
         if not self.use_transform:
             return float(self.support_size)
-        return float(h_inverse(jnp.asarray(float(self.support_size)), self.eps))
+        return _h_inverse_float(float(self.support_size), self.eps)
 
     def _pair(self) -> rlax.TxPair:
         tx = rlax.SIGNED_HYPERBOLIC_PAIR if self.use_transform else rlax.IDENTITY_PAIR
@@ -97,7 +110,7 @@ class DiscreteSupport:
     def check_range(self, max_abs_value: float, name: str = "value") -> None:
         """Raises ValueError when `max_abs_value` does not fit the support."""
         if not math.isfinite(max_abs_value) or max_abs_value > self.max_value * (1 + 1e-6):
-            needed = math.ceil(float(h_transform(jnp.asarray(float(max_abs_value)), self.eps)))
+            needed = math.ceil(_h_float(float(max_abs_value), self.eps))
             if not self.use_transform:
                 needed = math.ceil(max_abs_value)
             raise ValueError(

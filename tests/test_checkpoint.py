@@ -26,7 +26,9 @@ from muzero_jax.train import NonFiniteError, train
 TINY = dict(
     num_envs=8, rollout_length=4, batch_size=8, replay_ratio=1 / 32, num_simulations=4,
     replay_capacity=40, min_replay_steps=16, eval_every=2, eval_episodes=4,
-    mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)),
+    # layer_norm as in the Catch preset: the CLI's --mlp.* flags below update
+    # the preset's network config, and a checkpoint must match the config.
+    mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,), layer_norm=False),
 )
 _VOLATILE = ("wall_s", "sps")
 

@@ -76,3 +76,43 @@ def test_bad_configs():
         make_networks(MLPConfig(), num_actions=0, value_bins=5, reward_bins=5)
     with pytest.raises(TypeError, match="MLPConfig or ResNetConfig"):
         make_networks({"kind": "mlp"}, num_actions=2, value_bins=5, reward_bins=5)
+
+
+def test_reward_head_reading_the_latent():
+    # muzero-general's fully connected net (observation 16 -> 128 -> latent 64,
+    # heads through 128, 21 bins, A=2): the reward head reads the next latent,
+    # 57,900 parameters by hand:
+    #   representation 16*128+128 + 128*64+64 = 10,432
+    #   dynamics (64+2)*128+128 + 128*64+64 = 16,768
+    #   reward 64*128+128 + 128*21+21 = 11,085
+    #   value 11,085; policy 64*128+128 + 128*2+2 = 8,578
+    cfg = MLPConfig(hidden_sizes=(128,), latent_size=64, head_hidden_sizes=(128,),
+                    activation="elu", layer_norm=False, reward_input="latent")
+    nets = make_networks(cfg, num_actions=2, value_bins=21, reward_bins=21)
+    obs = jax.random.normal(jax.random.key(0), (3, 16))
+    params = nets.init(jax.random.key(1), obs)
+    assert sum(x.size for x in jax.tree.leaves(params)) == 57_900
+    assert params["reward_linear_0"]["w"].shape == (64, 128)
+    torso = make_networks(
+        MLPConfig(hidden_sizes=(128,), latent_size=64, head_hidden_sizes=(128,),
+                  activation="elu", layer_norm=False),
+        num_actions=2, value_bins=21, reward_bins=21)
+    assert sum(x.size for x in jax.tree.leaves(torso.init(jax.random.key(1), obs))) == 57_900 + 8_192
+    # The reward is the head applied to the unscaled dynamics output (random
+    # parameters: the output layers start at zero).
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    params = jax.tree.unflatten(
+        tree, [jax.random.normal(k, x.shape) * 0.3 for k, x in zip(keys, leaves)])
+    hidden = nets.initial_inference(params, obs).hidden
+    action = jnp.array([0, 1, 1])
+    x = jnp.concatenate([hidden, jax.nn.one_hot(action, 2)], axis=-1)
+    x = jax.nn.elu(x @ params["dynamics_linear_0"]["w"] + params["dynamics_linear_0"]["b"])
+    raw = x @ params["dynamics_out"]["w"] + params["dynamics_out"]["b"]
+    r = jax.nn.elu(raw @ params["reward_linear_0"]["w"] + params["reward_linear_0"]["b"])
+    r = r @ params["reward_out"]["w"] + params["reward_out"]["b"]
+    out = nets.recurrent_inference(params, hidden, action)
+    np.testing.assert_allclose(out.reward_logits, r, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.hidden, min_max_normalize(raw), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="reward_input"):
+        MLPConfig(reward_input="hidden")

@@ -10,8 +10,10 @@ the pipe). Ratios are ours / LightZero's.
 Same network on both sides: muzero-general's fully connected MuZero net,
 observation 16 -> 128 -> latent 64, ELU, 21-bin value and reward heads
 (LightZero: `lightzero_bench.FCNet`; ours: `MLPConfig(hidden_sizes=(128,),
-latent_size=64, head_hidden_sizes=(128,), activation="elu", layer_norm=False)`
-with value and reward support size 10). See README.md for what still differs.
+latent_size=64, head_hidden_sizes=(128,), activation="elu", layer_norm=False,
+reward_input="latent")` with value and reward support size 10: the reward head
+reads the unscaled next latent as muzero-general's does, 57,900 parameters at
+A=2 on both sides). See README.md for what still differs.
 
     python benchmarks/peers/compare.py                      # everything (~30 min)
     python benchmarks/peers/compare.py --only search --rounds 3
@@ -50,7 +52,7 @@ def matched_mlp():
     from muzero_jax.networks import MLPConfig
 
     return MLPConfig(hidden_sizes=(128,), latent_size=64, head_hidden_sizes=(128,),
-                     activation="elu", layer_norm=False)
+                     activation="elu", layer_norm=False, reward_input="latent")
 
 
 # ----------------------------------------------------------------------------
