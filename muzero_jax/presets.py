@@ -161,5 +161,7 @@ def preset(env: str, **overrides) -> Config:
                 overrides[name] = dataclasses.replace(getattr(base, name), **overrides[name])
             except TypeError as e:
                 fields = ", ".join(f.name for f in dataclasses.fields(getattr(base, name)))
-                raise ValueError(f"{name} overrides {overrides[name]!r}: {e}; fields: {fields}") from e
+                raise ValueError(
+                    f"{name} overrides {overrides[name]!r}: {e}; fields: {fields}"
+                ) from e
     return dataclasses.replace(base, **overrides)

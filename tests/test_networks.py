@@ -97,7 +97,8 @@ def test_reward_head_reading_the_latent():
         MLPConfig(hidden_sizes=(128,), latent_size=64, head_hidden_sizes=(128,),
                   activation="elu", layer_norm=False),
         num_actions=2, value_bins=21, reward_bins=21)
-    assert sum(x.size for x in jax.tree.leaves(torso.init(jax.random.key(1), obs))) == 57_900 + 8_192
+    torso_params = torso.init(jax.random.key(1), obs)
+    assert sum(x.size for x in jax.tree.leaves(torso_params)) == 57_900 + 8_192
     # The reward is the head applied to the unscaled dynamics output (random
     # parameters: the output layers start at zero).
     leaves, tree = jax.tree.flatten(params)

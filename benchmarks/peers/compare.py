@@ -116,8 +116,7 @@ def our_search_setup(actions: int, batch: int, simulations: int, seed: int = 0):
     import jax.numpy as jnp
 
     from muzero_jax.networks import make_networks
-    from muzero_jax.search import (BUILTIN_SEARCHES, batch_search, make_recurrent_fn,
-                                   make_root_fn)
+    from muzero_jax.search import BUILTIN_SEARCHES, batch_search, make_recurrent_fn, make_root_fn
     from muzero_jax.value_transforms import make_support
 
     support = make_support(SUPPORT_SIZE)
@@ -363,7 +362,7 @@ def e2e_table(result: dict[str, Any]) -> str:
              "env steps/s (loop) | eval episodes |", "|---|---|---|---|---|"]
     for r in result["ours"]:
         lines.append(f"| muzero-jax solve.py seed {r['seed']} | "
-                     f"{r['solved_wall_s'] if r['solved'] else 'not in %gs' % r['wall_s']} | "
+                     f"{r['solved_wall_s'] if r['solved'] else f"not in {r['wall_s']:g}s"} | "
                      f"{r['solved_env_steps'] or r['env_steps']:,} | "
                      f"{r['loop_env_steps_per_s']:,} | 32 |")
     for r in result["lightzero"]:
