@@ -362,7 +362,7 @@ def e2e_table(result: dict[str, Any]) -> str:
              "env steps/s (loop) | eval episodes |", "|---|---|---|---|---|"]
     for r in result["ours"]:
         lines.append(f"| muzero-jax solve.py seed {r['seed']} | "
-                     f"{r['solved_wall_s'] if r['solved'] else f"not in {r['wall_s']:g}s"} | "
+                     f"{r['solved_wall_s'] if r['solved'] else 'not in {:g}s'.format(r['wall_s'])} | "
                      f"{r['solved_env_steps'] or r['env_steps']:,} | "
                      f"{r['loop_env_steps_per_s']:,} | 32 |")
     for r in result["lightzero"]:
