@@ -361,8 +361,8 @@ def e2e_table(result: dict[str, Any]) -> str:
     lines = ["| run | solved (475, 2 consecutive evals) at s | env steps then | "
              "env steps/s (loop) | eval episodes |", "|---|---|---|---|---|"]
     for r in result["ours"]:
-        lines.append(f"| muzero-jax solve.py seed {r['seed']} | "
-                     f"{r['solved_wall_s'] if r['solved'] else 'not in {:g}s'.format(r['wall_s'])} | "
+        wall = r["solved_wall_s"] if r["solved"] else "not in {:g}s".format(r["wall_s"])
+        lines.append(f"| muzero-jax solve.py seed {r['seed']} | {wall} | "
                      f"{r['solved_env_steps'] or r['env_steps']:,} | "
                      f"{r['loop_env_steps_per_s']:,} | 32 |")
     for r in result["lightzero"]:
