@@ -551,6 +551,8 @@ def make_train(
 
     build_one = jax.jit(build_state, compiler_options=compiler_options)
     build_many = jax.jit(jax.vmap(build_state), compiler_options=compiler_options)
+    shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs_out,
+                             is_leaf=lambda x: isinstance(x, P))
 
     def init(rng_key: chex.PRNGKey) -> TrainState:
         if num_seeds > 1:
@@ -564,15 +566,10 @@ def make_train(
             # Traced (e.g. `jax.eval_shape(init, key)`): a nested jit may not
             # carry compiler options, and nothing is compiled here anyway.
             build = jax.vmap(build_state) if num_seeds > 1 else build_state
-        state = build(rng_key)
-        shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs_out,
-                                 is_leaf=lambda x: isinstance(x, P))
-        return place_on_mesh(state, shardings)
+        return place_on_mesh(build(rng_key), shardings)
 
     def state_shapes(rng_key: chex.PRNGKey) -> TrainState:
         shapes = (build_many if num_seeds > 1 else build_one).eval_shape(rng_key)
-        shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs_out,
-                                 is_leaf=lambda x: isinstance(x, P))
         return jax.tree.map(
             lambda sharding, sub: jax.tree.map(
                 lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), sub),

@@ -126,25 +126,6 @@ def _solved(evals: list[float], threshold: float) -> bool:
     return len(evals) >= 2 and evals[-1] >= threshold and evals[-2] >= threshold
 
 
-def _compile_in_background(compile_fn: Callable[[], Any]) -> Callable[[], None]:
-    """Runs `compile_fn` in a thread; returns a function that waits for it.
-
-    XLA compiles outside the GIL, so the compile overlaps whatever the main
-    thread does meanwhile, and its executable lands in JAX's caches where the
-    first call finds it. A failure is dropped here: the first call compiles
-    again and raises it where it belongs.
-    """
-    def work():
-        try:
-            compile_fn()
-        except Exception:  # noqa: BLE001 - resurfaces at first use
-            pass
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    return thread.join
-
-
 def _run_in_background(fn: Callable[[], Any]) -> Callable[[], Any]:
     """Runs `fn` in a thread; the returned function waits and returns its
     result, or raises what it raised."""
@@ -166,6 +147,21 @@ def _run_in_background(fn: Callable[[], Any]) -> Callable[[], Any]:
         return box["value"]
 
     return join
+
+
+def _compile_in_background(compile_fn: Callable[[], Any]) -> Callable[[], None]:
+    """`_run_in_background` for a compile: XLA compiles outside the GIL, and the
+    executable lands in JAX's caches where the first call finds it. A failure
+    is dropped here: the first call compiles again and raises it there."""
+    join = _run_in_background(compile_fn)
+
+    def join_quietly() -> None:
+        try:
+            join()
+        except Exception:  # noqa: BLE001 - resurfaces at first use
+            pass
+
+    return join_quietly
 
 
 def _abstract_state(trainer: Trainer, state: TrainState | None, init_key) -> TrainState | None:
@@ -308,6 +304,10 @@ def train(
         if config.eval_every > 0 and abstract is not None:
             lowered_eval = trainer.evaluate.lower(abstract.params, jax.random.key(0))
             join_eval_compile = _compile_in_background(lowered_eval.compile)
+    except BaseException:
+        if join_iteration_compile is not None:
+            join_iteration_compile()  # no XLA compile left running at exit
+        raise
     finally:
         if join_init is not None:
             state = join_init()  # raises what init raised
