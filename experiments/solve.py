@@ -28,7 +28,7 @@ import time
 
 from muzero_jax.bench.solve import THRESHOLDS, load_average, solve, table
 from muzero_jax.presets import preset
-from muzero_jax.train import _solved, train_seeds
+from muzero_jax.train import solved, train_seeds
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> None:
         with open(out, "a") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
-    solved = sum(r["solved"] for r in rows)
-    print(f"{args.env}: solved {solved}/{len(rows)} seeds within {args.max_seconds:g}s")
+    n_solved = sum(r["solved"] for r in rows)
+    print(f"{args.env}: solved {n_solved}/{len(rows)} seeds within {args.max_seconds:g}s")
     print(table(rows))
 
 
@@ -90,12 +90,10 @@ def _vmapped(args, seeds: list[int], overrides: dict, threshold: float, out: str
     load_before = load_average()
     result = train_seeds(config, len(seeds), max_seconds=args.max_seconds)
     for seed, history in zip(result.seeds, result.histories):
-        evals, solved_at = [], None
-        for r in history:
-            if "eval_return" in r:
-                evals.append(r["eval_return"])
-                if solved_at is None and _solved(evals, threshold):
-                    solved_at = r
+        evals = [r["eval_return"] for r in history if "eval_return" in r]
+        # The first evaluation row at which the run counts as solved.
+        solved_at = next((r for i, r in enumerate(history)
+                          if "eval_return" in r and solved(history[:i + 1], threshold)), None)
         row = {
             "env": args.env, "seed": seed, "threshold": threshold, "overrides": overrides,
             "mode": "vmap_seeds", "num_seeds": len(seeds),
