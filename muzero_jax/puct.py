@@ -51,6 +51,16 @@ results are identical):
   as one column (`dynamic_update_slice`) when no `max_depth` cut-off can make a
   simulation end on an existing node; the per-simulation keys are drawn up
   front.
+* Tree-wide min-max bounds (`muzero_paper_policy`) from per-edge caches. An
+  edge's Q-value `reward + discount * value` and its visited flag only change
+  when backpropagation updates that edge, so two `[B, N + 1, A]` caches (Q of
+  visited edges, +inf / -inf elsewhere, the root's edges included) are written
+  for the path's edges with the same arithmetic, and each simulation takes
+  one contiguous min and max of them instead of recomputing Q from four tree
+  fields. Other qtransforms carry no caches. Per-node bounds refreshed only on
+  the path (O(depth) rows instead of O(N) per simulation) measured slower on
+  CPU: the row gathers of each backup chunk cost more than the scan they save
+  at N <= 100.
 
 The speed-ups over the grid A in {2, 4, 9}, B in {1, 16, 256}, N in {16, 50}
 are in docs/search.md (`python -m muzero_jax.bench.search`). In the earlier
@@ -103,11 +113,19 @@ def tree_q_min_max(tree: Tree) -> tuple[chex.Array, chex.Array]:
     Returns:
         `(min_q, max_q)`, two scalars.
     """
+    lower, upper = _visited_q(tree)
+    return jnp.min(lower), jnp.max(upper)
+
+
+def _visited_q(tree: Tree) -> tuple[chex.Array, chex.Array]:
+    """Per edge: `reward + discount * value` if visited, else `+inf` and `-inf`.
+
+    The two operands of `tree_q_min_max`'s reductions; the search also uses
+    them to initialise its per-edge caches of the same quantities.
+    """
     qvalues = tree.children_rewards + tree.children_discounts * tree.children_values
     visited = tree.children_visits > 0
-    min_q = jnp.min(jnp.where(visited, qvalues, jnp.inf))
-    max_q = jnp.max(jnp.where(visited, qvalues, -jnp.inf))
-    return min_q, max_q
+    return jnp.where(visited, qvalues, jnp.inf), jnp.where(visited, qvalues, -jnp.inf)
 
 
 def _normalise_by_bounds(
@@ -186,12 +204,14 @@ def qtransform_by_tree_min_max(
 class _ValueScorer(NamedTuple):
     """Computes value scores for a batch of nodes.
 
-    `prepare(tree)` runs once per simulation (the tree does not change while a
+    `prepare(state)` runs once per simulation (the tree does not change while a
     simulation descends); `score(tree, prepared, nodes)` runs at every depth.
+    With `edge_q` the search maintains `_Search.edge_q_min`/`edge_q_max`.
     """
 
-    prepare: Callable[[Tree], Any]
+    prepare: Callable[[_Search], Any]
     score: Callable[[Tree, Any, chex.Array], chex.Array]
+    edge_q: bool = False
 
 
 def _tree_min_max_epsilon(qtransform: QTransform) -> chex.Numeric | None:
@@ -251,9 +271,14 @@ def _make_value_scorer(qtransform: QTransform) -> _ValueScorer:
     epsilon = _tree_min_max_epsilon(qtransform)
     if epsilon is not None:
         # The tree-wide bounds only change in backpropagation, so compute them
-        # once per simulation instead of rescanning the tree at every depth.
-        def prepare(tree: Tree) -> tuple[chex.Array, chex.Array]:
-            return jax.vmap(tree_q_min_max)(tree)
+        # once per simulation instead of at every depth, from the per-edge
+        # caches that backpropagation keeps: `tree_q_min_max`'s reductions
+        # without recomputing their operands from four `[B, N + 1, A]` fields.
+        def prepare(state: _Search) -> tuple[chex.Array, chex.Array]:
+            return (
+                jnp.min(state.edge_q_min, axis=(1, 2)),
+                jnp.max(state.edge_q_max, axis=(1, 2)),
+            )
 
         def score(tree: Tree, bounds: tuple[chex.Array, chex.Array], nodes: chex.Array):
             min_q, max_q = bounds
@@ -268,13 +293,13 @@ def _make_value_scorer(qtransform: QTransform) -> _ValueScorer:
                 epsilon,
             )
 
-        return _ValueScorer(prepare=prepare, score=score)
+        return _ValueScorer(prepare=prepare, score=score, edge_q=True)
 
     if _is_local(qtransform):
         # Same function on a gathered one-node tree: identical arithmetic, but
         # the gathers share one flat index instead of per-field batched gathers.
         return _ValueScorer(
-            prepare=lambda tree: None,
+            prepare=lambda state: None,
             score=lambda tree, _, nodes: jax.vmap(qtransform, in_axes=(0, None))(
                 _node_view(tree, nodes), 0
             ),
@@ -282,7 +307,7 @@ def _make_value_scorer(qtransform: QTransform) -> _ValueScorer:
 
     # Any other qtransform sees the whole tree, exactly as in mctx.
     return _ValueScorer(
-        prepare=lambda tree: None,
+        prepare=lambda state: None,
         score=lambda tree, _, nodes: jax.vmap(qtransform)(tree, nodes),
     )
 
@@ -331,17 +356,24 @@ def _set_edges(
 
 
 class _Search(NamedTuple):
-    """Loop state: the mctx tree plus two per-node caches of the PUCT prior term.
+    """Loop state: the mctx tree plus caches.
 
     mctx recomputes `softmax(prior_logits)` and `sqrt(N) * pb_c(N)` for every
     node at every depth of every simulation. Both only change when a node is
     created (logits) or visited (`N`), so they are stored once per node with the
     very same operations, which leaves a single fused kernel for the score.
+
+    `edge_q_min`/`edge_q_max` are `_visited_q(tree)`, kept only for the
+    tree-wide min-max qtransform (None otherwise). An edge's Q-value or
+    visited flag only changes when backpropagation updates it, so they are
+    written for the path's edges together with `children_values`.
     """
 
     tree: Tree
     prior_probs: chex.Array  # [B, num_nodes, A] softmax(children_prior_logits)
     exploration: chex.Array  # [B, num_nodes] sqrt(node_visits) * pb_c(node_visits)
+    edge_q_min: chex.Array | None = None  # [B, num_nodes, A] Q if visited, else +inf
+    edge_q_max: chex.Array | None = None  # [B, num_nodes, A] Q if visited, else -inf
 
 
 def _exploration(
@@ -523,7 +555,7 @@ def _descend(
     # reads the path in whole chunks.
     depth_limit = max(1, min(max_depth, num_nodes - 1))
     path_capacity = -(-depth_limit // _BACKUP_CHUNK) * _BACKUP_CHUNK
-    prepared = scorer.prepare(tree)
+    prepared = scorer.prepare(state)
 
     batch_size = tree.node_values.shape[0]
 
@@ -596,7 +628,7 @@ def _expand(
         parents=write(tree.parents, parent),
         action_from_parent=write(tree.action_from_parent, action),
     )
-    return _Search(
+    return state._replace(
         tree=tree,
         prior_probs=write(state.prior_probs, jax.nn.softmax(step.prior_logits)),
         exploration=write(state.exploration, _exploration(visits, pb_c_init, pb_c_base)),
@@ -617,6 +649,7 @@ class _Updates(NamedTuple):
     node_visits: chex.Array
     child_values: chex.Array
     child_visits: chex.Array
+    child_q: chex.Array | None = None  # reward + discount * child_values, for edge_q_*
 
 
 def _apply_updates(
@@ -637,7 +670,14 @@ def _apply_updates(
     exploration = _set_rows(
         state.exploration, u.nodes, _exploration(u.node_visits, pb_c_init, pb_c_base), u.on_path
     )
-    return state._replace(tree=tree, exploration=exploration)
+    state = state._replace(tree=tree, exploration=exploration)
+    if state.edge_q_min is not None:
+        # The edge is visited now, so both caches hold its Q-value.
+        state = state._replace(
+            edge_q_min=_set_edges(state.edge_q_min, u.nodes, u.actions, u.child_q, u.on_path),
+            edge_q_max=_set_edges(state.edge_q_max, u.nodes, u.actions, u.child_q, u.on_path),
+        )
+    return state
 
 
 def _backpropagate(
@@ -656,6 +696,11 @@ def _backpropagate(
     and one batched scatter per field; positions past an example's path length
     go to an out-of-bounds row and are dropped. The nodes of a path are
     distinct, so a chunk never reads what a deeper chunk wrote.
+
+    The path's edges are the only ones whose value or visit count changes, and
+    expansion only rewrote the reward and discount of its last edge (read here
+    after the expansion), so with `edge_q_*` caches their Q-values
+    `reward + discount * child_value` are written along with the values.
     """
     chunk = _BACKUP_CHUNK
     length = path.length[:, None]
@@ -681,14 +726,16 @@ def _backpropagate(
         new_values = (_rows(tree.node_values, nodes) * visits + returns) / (visits + 1.0)
         # The child below position k is the node at position k + 1, or the leaf.
         below = jnp.concatenate([new_values[:, 1:], value_below[:, None]], axis=1)
+        child_values = jnp.where(position == length - 1, leaf_value[:, None], below)
         block = _Updates(
             nodes=nodes,
             actions=actions,
             on_path=on_path,
             node_values=new_values,
             node_visits=visits + 1,
-            child_values=jnp.where(position == length - 1, leaf_value[:, None], below),
+            child_values=child_values,
             child_visits=_edges(tree.children_visits, nodes, actions) + 1,
+            child_q=None if state.edge_q_min is None else rewards + discounts * child_values,
         )
         state = _apply_updates(state, block, pb_c_init, pb_c_base)
         return state, value, new_values[:, 0]
@@ -791,12 +838,16 @@ def _search(
 
     tree = _initial_tree(root, num_simulations, invalid_actions)
     root_probs = jax.nn.softmax(root.prior_logits)
+    # No edge is visited yet, so these are all +inf and -inf.
+    edge_q_min, edge_q_max = _visited_q(tree) if scorer.edge_q else (None, None)
     state = _Search(
         tree=tree,
         prior_probs=jnp.zeros(tree.children_prior_logits.shape, root_probs.dtype)
         .at[:, Tree.ROOT_INDEX]
         .set(root_probs),
         exploration=_exploration(tree.node_visits, pb_c_init, pb_c_base),
+        edge_q_min=edge_q_min,
+        edge_q_max=edge_q_max,
     )
     state = loop_fn(0, num_simulations, body, state)
     return state.tree

@@ -182,13 +182,35 @@ def test_puct_policy_matches_mctx_muzero_policy(
         _assert_same_output(*run(params, jax.random.PRNGKey(seed), invalid))
 
 
-def test_paper_policy_matches_mctx_with_tree_min_max():
-    """`muzero_paper_policy` == `mctx.muzero_policy(qtransform=qtransform_by_tree_min_max)`."""
+PAPER_CASES = [
+    # (num_actions, num_simulations, invalid actions, max_depth)
+    # Paths of up to 11 edges: the cached Q-values are written in two backup chunks.
+    pytest.param(4, 16, True, None, id="A4-N16-invalid"),
+    # Depth <= 2 with 24 simulations: most simulations end on an existing node.
+    pytest.param(3, 24, True, 2, id="A3-N24-invalid-depth2"),
+    # Deep trees cut at depth 10: revisits and two-chunk paths together.
+    pytest.param(2, 50, False, 10, id="A2-N50-depth10", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("num_actions, num_simulations, invalid, max_depth", PAPER_CASES)
+def test_paper_policy_matches_mctx_with_tree_min_max(
+    num_actions, num_simulations, invalid, max_depth
+):
+    """`muzero_paper_policy` == `mctx.muzero_policy(qtransform=qtransform_by_tree_min_max)`.
+
+    Also checks the per-edge Q caches behind the search's tree-wide bounds: a
+    stale entry changes a bound, some normalised score and, soon, a selection.
+    """
     theirs = functools.partial(mctx.muzero_policy, qtransform=qtransform_by_tree_min_max)
-    run = _both(muzero_paper_policy, theirs, 4, 16, None)
+    run = _both(muzero_paper_policy, theirs, num_actions, num_simulations, max_depth)
     for seed in range(7, 10):
-        params = _random_networks(seed, 4)
-        _assert_same_output(*run(params, jax.random.PRNGKey(seed), _invalid_mask(seed, 4)))
+        params = _random_networks(seed, num_actions)
+        if invalid:
+            mask = _invalid_mask(seed, num_actions)
+        else:
+            mask = np.zeros((BATCH, num_actions), np.float32)
+        _assert_same_output(*run(params, jax.random.PRNGKey(seed), mask))
 
 
 # ----------------------------------------------------------------------------
