@@ -22,7 +22,76 @@ def test_unroll_rows_and_json(tmp_path, capsys):
     assert row["samples_per_s"] == pytest.approx(8 / row["step_median_s"])
     assert row["samples_per_s_min"] <= row["samples_per_s"] <= row["samples_per_s_max"]
     assert row["flops_per_step"] > 0 and row["num_params"] > 0
+    # No peak FLOP/s is known for a CPU, so there is no MFU unless one is given.
+    assert row["device_kind"] == "cpu" and row["peak_flops_per_s"] is None
+    assert row["mfu"] is None
+    assert row["model_flops_per_s"] == pytest.approx(
+        row["model_flops_per_step"] / row["step_median_s"])
     assert "samples_per_s" in capsys.readouterr().out
+
+
+def test_unroll_mfu_against_a_given_peak(tmp_path):
+    out = tmp_path / "unroll.json"
+    assert bench.main(["unroll", "--network", "mlp", "--unroll-steps", "1", "--batch-sizes",
+                       "8", "--repeats", "1", "--peak-tflops", "0.5", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["peak_flops_per_s"] == 0.5e12
+    assert row["mfu"] == pytest.approx(row["model_flops_per_step"] / row["step_median_s"] / 0.5e12)
+
+
+def test_matmul_flops_hand_counted():
+    import jax
+    import jax.numpy as jnp
+
+    from muzero_jax.bench.flops import matmul_flops, peak_flops
+
+    x, w = jnp.ones((4, 8)), jnp.ones((8, 16))
+    dense = 2 * 4 * 8 * 16
+    assert matmul_flops(lambda x, w: jnp.tanh(x @ w), x, w) == dense
+    # Gradient with respect to the weights only: forward + dW (no dx).
+    assert matmul_flops(jax.grad(lambda w: jnp.sum(x @ w)), w) == 2 * dense
+
+    def unrolled(c, v):  # a scan body runs `length` times
+        return jax.lax.scan(lambda c, _: (jnp.tanh(c @ v), None), c, None, length=3)[0].sum()
+
+    v, step = jnp.ones((8, 8)), 2 * 4 * 8 * 8
+    assert matmul_flops(unrolled, x, v) == 3 * step
+    # Backward: dV and d(carry) per step, so 3 products per step in all.
+    assert matmul_flops(jax.grad(unrolled, argnums=1), x, v) == 9 * step
+    # A 3x3 convolution, 2 -> 5 channels, 'SAME' on 6x7: 2 * out size * (2 * 3 * 3).
+    image, kernel = jnp.ones((1, 6, 7, 2)), jnp.ones((3, 3, 2, 5))
+    conv = lambda a, k: jax.lax.conv_general_dilated(  # noqa: E731
+        a, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    assert matmul_flops(conv, image, kernel) == 2 * (6 * 7 * 5) * (2 * 3 * 3)
+    # Of a cond, the costliest branch; nested jits are walked into.
+    branchy = jax.jit(lambda p, x: jax.lax.cond(p, lambda: x @ w @ w.T, lambda: 2 * x))
+    assert matmul_flops(branchy, True, x) == dense + 2 * 4 * 16 * 8
+    assert peak_flops("NVIDIA H100 80GB HBM3") == 494.7e12
+    assert peak_flops("NVIDIA H100 PCIe") == 378e12 and peak_flops("cpu") is None
+
+
+def test_learner_step_flops_grow_linearly_with_the_unroll():
+    """The count covers every unroll step (XLA's cost analysis counts a loop once)."""
+    import jax
+    import numpy as np
+
+    from muzero_jax.bench.cli import _random_batch
+    from muzero_jax.bench.flops import matmul_flops
+    from muzero_jax.loss import unrolled_loss
+    from muzero_jax.networks import MLPConfig, make_networks
+    from muzero_jax.value_transforms import make_support
+
+    vs, rs = make_support(5), make_support(5)
+    nets = make_networks(MLPConfig(), num_actions=3, value_bins=vs.num_bins,
+                         reward_bins=rs.num_bins)
+    counts = []
+    for k in (1, 2, 3):
+        data = _random_batch(np.random.default_rng(0), (10, 5), 3, 16, k)
+        params = nets.init(jax.random.key(0), data.observation[:1])
+        grad = jax.grad(lambda p, d: unrolled_loss(p, d, networks=nets, value_support=vs,
+                                                   reward_support=rs)[0])
+        counts.append(matmul_flops(grad, params, data))
+    assert counts[0] > 0 and counts[2] - counts[1] == counts[1] - counts[0] > 0
 
 
 def test_e2e_counts_environment_steps(tmp_path):

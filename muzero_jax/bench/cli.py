@@ -2,9 +2,12 @@
 
 - `unroll`: learner samples/s of the jitted learner step (the library's
   `unrolled_loss`, its gradient and the run's Optax update), per network,
-  unroll length K and batch size; compile time apart; XLA's FLOP count
-  (`cost_analysis`, which counts a `lax.scan` body once: for K > 1 it is a
-  lower bound, so no MFU is derived from it).
+  unroll length K and batch size; compile time apart; the step's matmul
+  FLOPs counted from its jaxpr (`muzero_jax.bench.flops`, forward and
+  backward, every unroll step), the FLOP/s achieved and, on a device with a
+  known peak (or with `--peak-tflops`), the MFU. `flops_per_step` is XLA's
+  `cost_analysis` count, kept for reference: it counts a loop body once, so it
+  hardly grows with K.
 - `search`: simulations/s of the built-in searches and raw mctx policies
   (`muzero_jax.bench.search`).
 - `e2e`: environment steps/s of whole training iterations (acting with search,
@@ -92,10 +95,17 @@ def _random_batch(rng: np.random.Generator, obs_shape, num_actions: int, batch: 
 def run_unroll(
     *, env: str, networks: Sequence[str], unroll_steps: Sequence[int],
     batch_sizes: Sequence[int], repeats: int, seed: int = 0,
+    peak_flops_per_s: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Learner samples/s (a sample = one sequence of K unroll steps) per setting."""
+    """Learner samples/s (a sample = one sequence of K unroll steps) per setting.
+
+    `peak_flops_per_s`: the device's peak for the MFU column (None: looked up
+    from the device kind in `muzero_jax.bench.flops.PEAK_TFLOPS`; no MFU when
+    unknown, e.g. on CPU).
+    """
     import optax
 
+    from muzero_jax.bench.flops import matmul_flops, peak_flops
     from muzero_jax.envs import make_env
     from muzero_jax.learning import make_optimizer
     from muzero_jax.loss import unrolled_loss
@@ -104,6 +114,8 @@ def run_unroll(
     from muzero_jax.value_transforms import make_support
 
     environment = make_env(env)
+    device_kind = jax.devices()[0].device_kind
+    peak = peak_flops_per_s or peak_flops(device_kind)
     rows = []
     rng = np.random.default_rng(seed)
     for network in networks:
@@ -137,6 +149,7 @@ def run_unroll(
                 cost = compiled.cost_analysis()
                 cost = cost[0] if isinstance(cost, list) else cost
                 flops = float(cost.get("flops", 0.0)) if cost else 0.0
+                model_flops = matmul_flops(step, params, opt_state, data)
                 data_dev = jax.device_put(data)
                 _, times = time_calls(lambda c=compiled, p=params, o=opt_state, d=data_dev:
                                       c(p, o, d), repeats)
@@ -151,6 +164,11 @@ def run_unroll(
                     "samples_per_s_max": summary["per_s_max"],
                     "step_median_s": summary["median_s"],
                     "achieved_flops_per_s": flops / summary["median_s"],
+                    "model_flops_per_step": model_flops,
+                    "model_flops_per_s": model_flops / summary["median_s"],
+                    "device_kind": device_kind,
+                    "peak_flops_per_s": peak,
+                    "mfu": model_flops / summary["median_s"] / peak if peak else None,
                 })
     return rows
 
@@ -226,8 +244,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     def fmt(v):
+        if v is None:
+            return "n/a"
         if isinstance(v, float):
             return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
         return str(v)
@@ -253,6 +280,9 @@ def _parser() -> argparse.ArgumentParser:
     unroll.add_argument("--unroll-steps", type=_ints, default=[1, 5, 10], help="K values")
     unroll.add_argument("--batch-sizes", type=_ints, default=[64, 256, 1024])
     unroll.add_argument("--repeats", type=_positive, default=10)
+    unroll.add_argument("--peak-tflops", type=_positive_float, default=None,
+                        help="the device's peak TFLOP/s for the MFU column (default: "
+                             "known GPUs/TPUs, see muzero_jax.bench.flops; none on CPU)")
     unroll.add_argument("--json", default=None, help="write the rows and machine info here")
     e2e = sub.add_parser("e2e", help="environment steps/s of whole training iterations")
     e2e.add_argument("--envs", default="catch,cartpole", help="comma-separated environments")
@@ -304,10 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise _UsageError(f"{_PROG} unroll: --network must list mlp and/or resnet, "
                                   f"got {args.network!r}")
             rows = run_unroll(env=args.env, networks=networks, unroll_steps=args.unroll_steps,
-                              batch_sizes=args.batch_sizes, repeats=args.repeats)
+                              batch_sizes=args.batch_sizes, repeats=args.repeats,
+                              peak_flops_per_s=args.peak_tflops and args.peak_tflops * 1e12)
             print(_table(rows, ("network", "unroll_steps", "batch_size", "samples_per_s",
                                 "samples_per_s_min", "samples_per_s_max", "compile_s",
-                                "flops_per_step")))
+                                "model_flops_per_step", "mfu")))
         else:
             from muzero_jax.envs import ENV_NAMES
 
