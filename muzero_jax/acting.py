@@ -89,11 +89,13 @@ def select_actions(
 ) -> chex.Array:
     """Samples `[B]` actions from `action_weights ** (1 / temperature)`.
 
-    Temperature 0 picks the most visited legal action (ties to the lowest index).
+    `temperature` is one scalar or one per row (`[B]`). Temperature 0 picks the
+    most visited legal action (ties to the lowest index).
     """
     weights = jnp.where(legal_action_mask, action_weights, 0.0)
     greedy = jnp.argmax(jnp.where(legal_action_mask, weights, -1.0), axis=-1)
-    safe_t = jnp.maximum(temperature, 1e-3)
+    temperature = jnp.broadcast_to(temperature, greedy.shape)
+    safe_t = jnp.maximum(temperature, 1e-3)[:, None]
     logits = jnp.where(
         legal_action_mask & (weights > 0), jnp.log(jnp.maximum(weights, 1e-30)) / safe_t, -jnp.inf
     )
@@ -111,6 +113,7 @@ def make_act_step(
     *,
     num_simulations: int,
     use_search_action: bool = False,
+    exploration_plies: int = 0,
 ):
     """Returns `act_step(params, actor, rng_key, temperature) -> (actor, row, stats)`.
 
@@ -118,6 +121,8 @@ def make_act_step(
     `action` (its own exploration: Gumbel MuZero's sampled action, or
     `muzero_policy`'s visit-count sample), and temperature 0 is greedy.
     Otherwise actions are sampled from `action_weights ** (1 / temperature)`.
+    With `exploration_plies > 0` the temperature applies only to the first
+    `exploration_plies` steps of each episode; later steps are greedy.
 
     `row` is the `Trajectory` row (leaves `[B, ...]`) of the current timestep:
     its observation, the search's policy and root value, the action taken.
@@ -127,6 +132,8 @@ def make_act_step(
     def act_step(params, actor: ActorState, rng_key, temperature):
         search_key, action_key = jax.random.split(rng_key)
         ts = actor.timestep
+        if exploration_plies:
+            temperature = jnp.where(actor.episode_length < exploration_plies, temperature, 0.0)
         root = root_fn(params, ts.observation)
         out = search_fn(
             params,

@@ -19,13 +19,17 @@ rng_key) -> actions [B]` over a batch of games of the pgx environments
 `evaluate_against(agent, opponent, num_games=..., rng_key=...)` plays
 `num_games` games with the agent moving first and `num_games` with it moving
 second, and returns win / draw / loss rates for each seat.
+
+`tactical_positions` and `tactics_score` measure something cheaper than
+matches: how often a player takes an immediate win and blocks the opponent's
+immediate win, on positions from random play labelled with the real game.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import chex
 import jax
@@ -39,12 +43,15 @@ from muzero_jax.envs.pgx import game_state, pgx_game, reward_of_seat
 __all__ = [
     "OPPONENTS",
     "OpponentFn",
+    "TacticalPositions",
     "evaluate_against",
     "make_mcts_opponent",
     "make_minimax_opponent",
     "make_opponent",
     "random_opponent",
     "solve_tic_tac_toe",
+    "tactical_positions",
+    "tactics_score",
 ]
 
 OpponentFn = Callable[[Any, TimeStep, chex.PRNGKey], chex.Array]
@@ -383,4 +390,104 @@ def evaluate_against(
         "win_rate": overall["win"],
         "draw_rate": overall["draw"],
         "loss_rate": overall["loss"],
+    }
+
+
+# Tactics: immediate wins and forced blocks.
+
+
+class TacticalPositions(NamedTuple):
+    """Positions from random play, with each move's one-ply consequences.
+
+    Attributes:
+      observation: `[N, *obs]` float32, from the point of view of the mover.
+      legal_action_mask: `[N, A]` bool.
+      wins: `[N, A]` bool, the legal move wins at once.
+      loses: `[N, A]` bool, after the legal move the opponent can win at once.
+      has_win: `[N]` bool, some legal move wins at once.
+      must_block: `[N]` bool, no move wins at once, some moves let the
+        opponent win at once and some do not (the others "block").
+    """
+
+    observation: chex.Array
+    legal_action_mask: chex.Array
+    wins: chex.Array
+    loses: chex.Array
+    has_win: chex.Array
+    must_block: chex.Array
+
+
+def tactical_positions(game_name: str, num_positions: int, rng_key: chex.PRNGKey, *,
+                       min_plies: int = 4, max_plies: int = 30) -> TacticalPositions:
+    """Positions after `min_plies`..`max_plies - 1` uniformly random moves of a pgx game.
+
+    Games that end before their ply count are kept at their last non-terminal
+    position. Each legal move is played out one ply (and each reply one more)
+    on the real game to label immediate wins and moves that allow one.
+    """
+    game = pgx_game(game_name)
+    init_key, plies_key, play_key = jax.random.split(rng_key, 3)
+
+    def random_move(g, key):
+        return jax.random.categorical(key, jnp.where(g.legal_action_mask, 0.0, -jnp.inf))
+
+    def one_position(init_key, plies, play_key):
+        def body(i, carry):
+            g, key = carry
+            key, move_key = jax.random.split(key)
+            nxt = game.step(g, random_move(g, move_key))
+            stay = (i >= plies) | nxt.terminated
+            return jax.tree.map(lambda a, b: jnp.where(stay, a, b), g, nxt), key
+
+        g = jax.lax.fori_loop(0, max_plies, body, (game.init(init_key), play_key))[0]
+        num_actions = g.legal_action_mask.shape[0]
+
+        def wins_now(g):
+            """`[A]` the mover's legal moves that win at once."""
+            nxt = jax.vmap(game.step, (None, 0))(g, jnp.arange(num_actions))
+            return g.legal_action_mask & (nxt.rewards[:, g.current_player] > 0)
+
+        after = jax.vmap(game.step, (None, 0))(g, jnp.arange(num_actions))
+        wins = g.legal_action_mask & (after.rewards[:, g.current_player] > 0)
+        loses = g.legal_action_mask & ~after.terminated & jax.vmap(
+            lambda h: jnp.any(wins_now(h)))(after)
+        return g.observation.astype(jnp.float32), g.legal_action_mask, wins, loses
+
+    obs, legal, wins, loses = jax.jit(jax.vmap(one_position))(
+        jax.random.split(init_key, num_positions),
+        jax.random.randint(plies_key, (num_positions,), min_plies, max_plies),
+        jax.random.split(play_key, num_positions),
+    )
+    has_win = jnp.any(wins, axis=1)
+    safe = legal & ~loses
+    must_block = ~has_win & jnp.any(safe, axis=1) & (safe.sum(1) < legal.sum(1))
+    return TacticalPositions(obs, legal, wins, loses, has_win, must_block)
+
+
+def tactics_score(choose: Callable[[chex.Array, chex.Array], chex.Array],
+                  positions: TacticalPositions) -> dict[str, float]:
+    """How often `choose(observation, legal_action_mask) -> [N] actions` plays tactically.
+
+    Returns:
+      `wins_taken`: the fraction of positions with an immediate win where the
+      chosen move wins; `blocks_made`: the fraction of must-block positions
+      where it does not let the opponent win at once; `random_blocks`: what a
+      uniformly random legal move scores on the latter; and the counts
+      `num_has_win`, `num_must_block`.
+    """
+    action = np.asarray(choose(positions.observation, positions.legal_action_mask))
+    rows = np.arange(action.shape[0])
+    legal, wins, loses = (np.asarray(x) for x in
+                          (positions.legal_action_mask, positions.wins, positions.loses))
+    has_win, block = np.asarray(positions.has_win), np.asarray(positions.must_block)
+    safe = legal & ~loses
+    if not has_win.any() or not block.any():
+        raise ValueError("too few positions: none with an immediate win or none to block; "
+                         "use more positions")
+    return {
+        "wins_taken": float(wins[rows, action][has_win].mean()),
+        "blocks_made": float(safe[rows, action][block].mean()),
+        "random_blocks": float((safe[block].sum(1) / legal[block].sum(1)).mean()),
+        "num_has_win": int(has_win.sum()),
+        "num_must_block": int(block.sum()),
     }

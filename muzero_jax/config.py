@@ -65,6 +65,10 @@ class Config:
         temperature used to sample actions from the search policy until that
         fraction of `max_env_steps`; 0 is greedy. Used when
         `act_with_search_action` is False.
+      exploration_plies: when > 0, explore (sample, or the search's own
+        action) only during the first this many steps of each episode and act
+        greedily after them, as AlphaZero does in its board games; 0 explores
+        at every step.
       replay_capacity: time steps kept per environment.
       prioritized_replay: prioritised (True) or uniform (False) sampling.
       priority_alpha: priority exponent alpha.
@@ -117,6 +121,7 @@ class Config:
     num_simulations: int = 16
     act_with_search_action: bool = True
     temperature_schedule: tuple[tuple[float, float], ...] = ((0.5, 1.0), (0.75, 0.5), (1.0, 0.25))
+    exploration_plies: int = 0
     replay_capacity: int = 500
     prioritized_replay: bool = True
     priority_alpha: float = 1.0
@@ -180,6 +185,10 @@ class Config:
                 "temperature_schedule must be (fraction, temperature) pairs with increasing "
                 f"fractions and temperatures >= 0, got {self.temperature_schedule!r}"
             )
+        if (isinstance(self.exploration_plies, bool) or not isinstance(self.exploration_plies, int)
+                or self.exploration_plies < 0):
+            raise ValueError(
+                f"exploration_plies must be an integer >= 0, got {self.exploration_plies!r}")
         self.parsed_search_kwargs()  # raises on malformed JSON
         if self.sequence_length > self.replay_capacity:
             raise ValueError(

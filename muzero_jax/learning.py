@@ -356,6 +356,7 @@ def make_train(
     act_step = make_act_step(
         env, root_fn, recurrent_fn, search_fn, num_simulations=config.num_simulations,
         use_search_action=config.act_with_search_action,
+        exploration_plies=config.exploration_plies,
     )
     rollout = make_rollout(act_step, config.rollout_length)
     loss_fn = functools.partial(

@@ -69,6 +69,13 @@ class MLPConfig:
         last hidden layer (default), or "latent", the next hidden state
         before its min-max scaling (muzero-general's fully connected layout;
         with `hidden_sizes` wider than `latent_size` a smaller head).
+      conv_channels: when > 0, the representation starts with one
+        `conv_kernel` x `conv_kernel` convolution (SAME padding, this many
+        output planes, then the activation) over image observations `[B, H, W]`
+        or `[B, H, W, C]`, flattened into the torso: a cheap local-pattern
+        stem for board games (e.g. lines of four in Connect Four), leaving
+        dynamics and prediction fully connected. 0: flatten the observation.
+      conv_kernel: the stem's kernel size.
     """
 
     hidden_sizes: tuple[int, ...] = (64,)
@@ -77,8 +84,12 @@ class MLPConfig:
     activation: str = "relu"
     layer_norm: bool = True
     reward_input: str = "torso"
+    conv_channels: int = 0
+    conv_kernel: int = 4
 
     def __post_init__(self):
+        _check_positive("conv_channels", self.conv_channels, allow_zero=True)
+        _check_positive("conv_kernel", self.conv_kernel)
         if self.reward_input not in ("torso", "latent"):
             raise ValueError(
                 f"reward_input must be 'torso' or 'latent', got {self.reward_input!r}"
@@ -241,6 +252,11 @@ def _build_mlp(cfg: MLPConfig, num_actions: int, value_bins: int, reward_bins: i
     act = getattr(jax.nn, cfg.activation)
 
     def representation(obs):
+        if cfg.conv_channels:
+            x = _image_input(obs)
+            # A constant plane marks the board inside the zero padding.
+            x = jnp.concatenate([x, jnp.ones(x.shape[:3] + (1,), x.dtype)], axis=-1)
+            obs = act(hk.Conv2D(cfg.conv_channels, cfg.conv_kernel, name="representation_conv")(x))
         x = obs.reshape(obs.shape[0], -1)
         x = _mlp(cfg.hidden_sizes, act, cfg.layer_norm, "representation")(x)
         x = hk.Linear(cfg.latent_size, name="representation_out")(x)

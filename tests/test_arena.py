@@ -101,3 +101,64 @@ def test_bad_input_is_refused_before_playing():
     with pytest.raises(ValueError, match="two-player"):
         arena.evaluate_against(StandInAgent(make_env("catch"), arena.random_opponent),
                                "random", num_games=1, rng_key=jax.random.key(0))
+
+
+def _fours(board: np.ndarray) -> bool:
+    """Four in a row of True cells on a [6, 7] bool board (numpy, by hand)."""
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        for r in range(6):
+            for c in range(7):
+                cells = [(r + i * dr, c + i * dc) for i in range(4)]
+                if all(0 <= y < 6 and 0 <= x < 7 and board[y, x] for y, x in cells):
+                    return True
+    return False
+
+
+def _drop(filled: np.ndarray, col: int, bottom: int) -> int | None:
+    rows = range(5, -1, -1) if bottom == 5 else range(6)
+    return next((r for r in rows if not filled[r, col]), None)
+
+
+def test_tactical_positions_match_a_hand_written_connect_four():
+    pos = arena.tactical_positions("connect_four", 96, jax.random.key(3))
+    obs = np.asarray(pos.observation) > 0
+    mine, theirs = obs[..., 0], obs[..., 1]
+    filled = mine | theirs
+    bottom = 5 if filled[:, 5].sum() >= filled[:, 0].sum() else 0  # gravity side
+    for n in range(96):
+        legal = np.asarray(pos.legal_action_mask[n])
+        np.testing.assert_array_equal(legal, [not filled[n, 5 - bottom, c] for c in range(7)])
+        for a in np.flatnonzero(legal):
+            me = mine[n].copy()
+            me[_drop(filled[n], a, bottom), a] = True
+            win = _fours(me)
+            assert bool(pos.wins[n, a]) == win
+            after = filled[n].copy()
+            after[_drop(filled[n], a, bottom), a] = True
+            replies = [b for b in range(7) if _drop(after, b, bottom) is not None]
+            lose = False
+            for b in replies if not win else []:
+                them = theirs[n].copy()
+                them[_drop(after, b, bottom), b] = True
+                lose |= _fours(them)
+            assert bool(pos.loses[n, a]) == lose
+    assert pos.has_win.any() and pos.must_block.any()
+
+
+def test_tactics_score_of_hand_written_players():
+    pos = arena.tactical_positions("connect_four", 512, jax.random.key(4))
+    wins, loses, legal = (np.asarray(x) for x in (pos.wins, pos.loses, pos.legal_action_mask))
+
+    def one_ply(obs, mask):  # win if possible, else a move that does not lose
+        score = wins * 4.0 + (legal & ~loses) * 2.0 + legal
+        return score.argmax(1)
+
+    def blunder(obs, mask):  # never wins, loses at once when it can
+        score = (legal & ~wins) * 4.0 + loses * 2.0 + legal
+        return score.argmax(1)
+
+    good, bad = arena.tactics_score(one_ply, pos), arena.tactics_score(blunder, pos)
+    assert good["wins_taken"] == 1.0 and good["blocks_made"] == 1.0
+    assert bad["wins_taken"] == 0.0 and bad["blocks_made"] == 0.0
+    assert 0.0 < good["random_blocks"] < 1.0
+    assert good["num_has_win"] == int(wins.any(1).sum()) > 0

@@ -117,3 +117,36 @@ def test_reward_head_reading_the_latent():
     np.testing.assert_allclose(out.hidden, min_max_normalize(raw), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="reward_input"):
         MLPConfig(reward_input="hidden")
+
+
+def test_mlp_conv_stem_by_hand():
+    # conv_channels 3, kernel 2 over a [3, 4, 2] board plus a constant plane:
+    #   conv 2*2*3*3 + 3 = 39; torso (3*4*3)*8 + 8 = 296; latent 8*4 + 4 = 36.
+    cfg = MLPConfig(hidden_sizes=(8,), latent_size=4, head_hidden_sizes=(),
+                    layer_norm=False, conv_channels=3, conv_kernel=2)
+    nets = make_networks(cfg, num_actions=2, value_bins=3, reward_bins=3)
+    obs = jax.random.bernoulli(jax.random.key(0), 0.4, (2, 3, 4, 2)).astype(jnp.float32)
+    params = nets.init(jax.random.key(1), obs)
+    assert params["representation_conv"]["w"].shape == (2, 2, 3, 3)
+    assert params["representation_linear_0"]["w"].shape == (36, 8)
+    flat = make_networks(MLPConfig(hidden_sizes=(8,), latent_size=4, head_hidden_sizes=(),
+                                   layer_norm=False), num_actions=2, value_bins=3, reward_bins=3)
+    extra = (sum(x.size for x in jax.tree.leaves(params))
+             - sum(x.size for x in jax.tree.leaves(flat.init(jax.random.key(1), obs))))
+    assert extra == 39 + (36 - 24) * 8  # the conv, and a wider first layer
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    params = jax.tree.unflatten(tree, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+    x = jnp.concatenate([obs, jnp.ones((2, 3, 4, 1))], axis=-1)
+    conv = params["representation_conv"]
+    y = jax.lax.conv_general_dilated(x, conv["w"], (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = jax.nn.relu(y + conv["b"]).reshape(2, -1)
+    lin0, out = params["representation_linear_0"], params["representation_out"]
+    y = jax.nn.relu(y @ lin0["w"] + lin0["b"]) @ out["w"] + out["b"]
+    np.testing.assert_allclose(nets.representation(params, obs), min_max_normalize(y),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="conv_channels"):
+        MLPConfig(conv_channels=-1)
+    with pytest.raises(ValueError, match="conv_kernel"):
+        MLPConfig(conv_kernel=0)

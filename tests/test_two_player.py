@@ -291,3 +291,36 @@ def test_n_step_target_with_bootstrap_alternates_sign():
     # Row 5: r_6 = +1 then the terminal (value 0).
     np.testing.assert_allclose(got.value, [0.3, 0.4, 0.5, 0.6, -1.0, 1.0], atol=1e-6)
     np.testing.assert_allclose(got.reward, [0, 0, 0, 0, 0, 0], atol=1e-6)
+
+
+@pytest.mark.parametrize("plies", [0, 2])
+def test_exploration_plies_then_greedy(plies):
+    env = make_env("tic_tac_toe")
+    networks = perfect_model_networks()
+    act_step = make_act_step(
+        env, make_root_fn(networks, VALUE),
+        make_recurrent_fn(networks, VALUE, REWARD, discount=1.0, two_player=True),
+        functools.partial(mctx.gumbel_muzero_policy, max_num_considered_actions=9),
+        num_simulations=8, exploration_plies=plies,
+    )
+    rollout = jax.jit(make_rollout(act_step, 30))
+    _, traj, _ = rollout({}, init_actor(env, jax.random.key(3), 16), jax.random.key(4),
+                         jnp.float32(1.0))
+    first, last = np.asarray(traj.first), np.asarray(traj.last)
+    weights = np.where(np.asarray(traj.legal_action_mask), np.asarray(traj.search_policy), -1.0)
+    greedy = np.asarray(traj.action) == weights.argmax(-1)
+    explored = {"early": [], "late": []}
+    for b in range(first.shape[0]):
+        ply = None
+        for t in range(first.shape[1]):
+            ply = 0 if first[b, t] else (None if ply is None else ply + 1)
+            if ply is None or last[b, t]:
+                continue
+            explored["early" if ply < 2 else "late"].append(not greedy[b, t])
+    early, late = np.mean(explored["early"]), np.mean(explored["late"])
+    assert len(explored["late"]) > 100
+    assert early > 0.2  # temperature 1 samples away from the argmax in the opening
+    if plies:
+        assert late == 0.0  # greedy from the third ply on
+    else:
+        assert late > 0.2
