@@ -25,7 +25,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from muzero_jax.config import Config, config_to_dict
+from muzero_jax.config import Config, config_from_dict, config_to_dict
 from muzero_jax.learning import AXIS, Trainer, TrainState
 
 __all__ = [
@@ -211,7 +211,7 @@ class Checkpointer:
         """
         ocp = _ocp()
         meta, step = self.read_meta(step)
-        saved = meta["config"]
+        saved = _with_defaults(meta["config"])
         wanted = config_to_dict(trainer.config)
         diff = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
         if diff:
@@ -255,6 +255,19 @@ class Checkpointer:
     def close(self) -> None:
         """Waits for pending writes and releases the manager."""
         self._manager.close()
+
+
+def _with_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config with the fields added since it was written at their defaults.
+
+    Fields added to `Config` later default to the old behaviour, so a
+    checkpoint from before them still matches; a config that does not parse
+    (e.g. from a newer version) is compared as written.
+    """
+    try:
+        return config_to_dict(config_from_dict(saved))
+    except (TypeError, ValueError):
+        return saved
 
 
 def _check_like(tree: Any, target: Any, name: str, where: str) -> None:

@@ -211,3 +211,32 @@ def test_kill_during_checkpoint_write_keeps_previous(tmp_path):
     restored = Checkpointer(ckpt).restore(make_train(config))
     assert restored.step == step
     assert int(jax.device_get(restored.state.counters.iterations)) == step
+
+
+def test_checkpoint_from_before_new_config_fields_still_loads(resumed_runs, tmp_path,
+                                                             monkeypatch):
+    # A checkpoint whose saved config lacks fields added later (here the
+    # exploration_plies and conv-stem fields) restores against today's config,
+    # where those fields hold their defaults; any real difference still fails.
+    config, trainer, (a, _), _ = resumed_runs
+    from muzero_jax import checkpoint as ckpt
+    from muzero_jax.config import config_to_dict
+
+    def old_config_to_dict(cfg):
+        data = config_to_dict(cfg)
+        data.pop("exploration_plies")
+        for name in ("conv_channels", "conv_kernel"):
+            data["mlp"].pop(name)
+        return data
+
+    state = Checkpointer(os.path.join(a, "checkpoints")).restore(trainer).state
+    directory = str(tmp_path / "old")
+    monkeypatch.setattr(ckpt, "config_to_dict", old_config_to_dict)
+    Checkpointer(directory).save(5, state, {}, config)
+    monkeypatch.undo()
+    restored = Checkpointer(directory).restore(trainer)
+    for x, y in zip(_leaves(restored.state.params), _leaves(state.params)):
+        np.testing.assert_array_equal(x, y)
+    other = make_train(preset("catch", seed=2, **dict(TINY, exploration_plies=3)))
+    with pytest.raises(CheckpointError, match="exploration_plies"):
+        Checkpointer(directory).restore(other)
