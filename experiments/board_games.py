@@ -34,6 +34,7 @@ import platform
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from muzero_jax.arena import evaluate_against, solve_tic_tac_toe, tactical_positions, tactics_score
@@ -210,6 +211,40 @@ def _fmt(rates: dict) -> str:
     return "/".join(f"{rates[k]:.2f}" for k in ("win", "draw", "loss"))
 
 
+def tactics_report(source: str, simulations: list[int]) -> list[dict]:
+    """Tactics of a trained run (`muzero-jax train --logdir`) or of `mcts:N`.
+
+    On the positions `run` scores Connect Four agents on; one row per
+    simulation count (the agent's) or one row (the MCTS opponent's own).
+    """
+    from muzero_jax import load_agent
+    from muzero_jax.arena import make_opponent
+    from muzero_jax.envs import make_env
+    from muzero_jax.envs.base import make_timestep
+    from muzero_jax.envs.pgx import PgxState
+
+    positions = tactical_positions("connect_four", 1024, jax.random.key(20_000))
+    if source.startswith("mcts"):
+        opponent = jax.jit(make_opponent(source, make_env("connect_four")))
+        g = positions.game
+        state = (PgxState(game=g, first_player=g.current_player), g.terminated, None)
+        ts = make_timestep(g.observation, reward=jnp.zeros(g.terminated.shape),
+                           first=jnp.zeros(g.terminated.shape, bool),
+                           terminated=g.terminated, truncated=g.truncated,
+                           legal_action_mask=g.legal_action_mask,
+                           to_play=jnp.zeros(g.terminated.shape, jnp.int32))
+        rows = [{"player": source, **tactics_score(
+            lambda obs, mask: opponent(state, ts, jax.random.key(0)), positions)}]
+    else:
+        agent = load_agent(source)
+        rows = [{"player": f"{source} step {agent.step}", "simulations": n,
+                 **tactics_score(lambda obs, mask, n=n: agent.act(obs, mask, num_simulations=n),
+                                 positions)} for n in simulations]
+    for row in rows:
+        print(json.dumps(row))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="tic_tac_toe", choices=sorted(OPPONENT))
@@ -221,7 +256,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--opponent", default=None, help="default: minimax / mcts / random")
     parser.add_argument("--set", default="{}", help="JSON config overrides")
     parser.add_argument("--out", default="experiments/results/board_games")
+    parser.add_argument("--tactics-of", default=None,
+                        help="only score tactics (Connect Four): a run directory of "
+                             "`muzero-jax train`, or mcts / mcts:N")
+    parser.add_argument("--simulations", default="128",
+                        help="with --tactics-of a run: comma-separated simulation counts")
     args = parser.parse_args(argv)
+    if args.tactics_of:
+        tactics_report(args.tactics_of, [int(n) for n in args.simulations.split(",")])
+        return
     overrides = json.loads(args.set)
     result = run(args.env, seed=args.seed, max_seconds=args.max_seconds,
                  eval_every=args.eval_every, eval_games=args.eval_games,

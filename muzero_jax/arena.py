@@ -407,6 +407,7 @@ class TacticalPositions(NamedTuple):
       has_win: `[N]` bool, some legal move wins at once.
       must_block: `[N]` bool, no move wins at once, some moves let the
         opponent win at once and some do not (the others "block").
+      game: the pgx `State`s (leaves `[N, ...]`), for players that need them.
     """
 
     observation: chex.Array
@@ -415,6 +416,7 @@ class TacticalPositions(NamedTuple):
     loses: chex.Array
     has_win: chex.Array
     must_block: chex.Array
+    game: Any
 
 
 def tactical_positions(game_name: str, num_positions: int, rng_key: chex.PRNGKey, *,
@@ -451,9 +453,9 @@ def tactical_positions(game_name: str, num_positions: int, rng_key: chex.PRNGKey
         wins = g.legal_action_mask & (after.rewards[:, g.current_player] > 0)
         loses = g.legal_action_mask & ~after.terminated & jax.vmap(
             lambda h: jnp.any(wins_now(h)))(after)
-        return g.observation.astype(jnp.float32), g.legal_action_mask, wins, loses
+        return g.observation.astype(jnp.float32), g.legal_action_mask, wins, loses, g
 
-    obs, legal, wins, loses = jax.jit(jax.vmap(one_position))(
+    obs, legal, wins, loses, games = jax.jit(jax.vmap(one_position))(
         jax.random.split(init_key, num_positions),
         jax.random.randint(plies_key, (num_positions,), min_plies, max_plies),
         jax.random.split(play_key, num_positions),
@@ -461,7 +463,7 @@ def tactical_positions(game_name: str, num_positions: int, rng_key: chex.PRNGKey
     has_win = jnp.any(wins, axis=1)
     safe = legal & ~loses
     must_block = ~has_win & jnp.any(safe, axis=1) & (safe.sum(1) < legal.sum(1))
-    return TacticalPositions(obs, legal, wins, loses, has_win, must_block)
+    return TacticalPositions(obs, legal, wins, loses, has_win, must_block, games)
 
 
 def tactics_score(choose: Callable[[chex.Array, chex.Array], chex.Array],
