@@ -444,15 +444,17 @@ def tactical_positions(game_name: str, num_positions: int, rng_key: chex.PRNGKey
         g = jax.lax.fori_loop(0, max_plies, body, (game.init(init_key), play_key))[0]
         num_actions = g.legal_action_mask.shape[0]
 
-        def wins_now(g):
-            """`[A]` the mover's legal moves that win at once."""
-            nxt = jax.vmap(game.step, (None, 0))(g, jnp.arange(num_actions))
-            return g.legal_action_mask & (nxt.rewards[:, g.current_player] > 0)
+        def every_move(g):
+            return jax.vmap(game.step, (None, 0))(g, jnp.arange(num_actions))
 
-        after = jax.vmap(game.step, (None, 0))(g, jnp.arange(num_actions))
-        wins = g.legal_action_mask & (after.rewards[:, g.current_player] > 0)
+        def wins_now(g, after):
+            """`[A]` the mover's legal moves that win at once (`after`: every move played)."""
+            return g.legal_action_mask & (after.rewards[:, g.current_player] > 0)
+
+        after = every_move(g)
+        wins = wins_now(g, after)
         loses = g.legal_action_mask & ~after.terminated & jax.vmap(
-            lambda h: jnp.any(wins_now(h)))(after)
+            lambda h: jnp.any(wins_now(h, every_move(h))))(after)
         return g.observation.astype(jnp.float32), g.legal_action_mask, wins, loses, g
 
     obs, legal, wins, loses, games = jax.jit(jax.vmap(one_position))(
