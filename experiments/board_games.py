@@ -19,7 +19,9 @@ computed over the whole game tree (`exact_tic_tac_toe`) rather than sampled.
 For Connect Four each evaluation also records `tactics`: on 1,024 positions
 from random play, the share of immediate wins the agent takes and of forced
 blocks it makes (`muzero_jax.arena.tactics_score`; MCTS-200 scores 1.00 and
-0.93 on them).
+0.94 on them: `python experiments/board_games.py --tactics-of mcts`).
+`--tactics-of RUN --simulations 1,16,128` scores a run of `muzero-jax train`
+on the same positions instead of training.
 
 Writes `--out/ENV_seedS.json` (config, every evaluation, the first evaluation
 that met the target, machine and load) and prints one line per evaluation.
@@ -131,8 +133,7 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
 
     config = preset(env, seed=seed, **overrides)
     # Connect Four: also the share of immediate wins taken and forced blocks made.
-    tactics = (tactical_positions(env, 1024, jax.random.key(20_000))
-               if env == "connect_four" else None)
+    tactics = _connect_four_positions() if env == "connect_four" else None
     trainer = make_train(config)
     state = trainer.init(jax.random.key(seed))
     evals, met_at = [], None
@@ -199,6 +200,11 @@ def _deterministic(config) -> bool:
             and config.parsed_search_kwargs().get("gumbel_scale", 1.0) == 0.0)
 
 
+def _connect_four_positions():
+    """The 1,024 Connect Four positions every tactics score here uses."""
+    return tactical_positions("connect_four", 1024, jax.random.key(20_000))
+
+
 def _fmt_tactics(row: dict) -> str:
     t = row.get("tactics")
     if t is None:
@@ -223,7 +229,7 @@ def tactics_report(source: str, simulations: list[int]) -> list[dict]:
     from muzero_jax.envs.base import make_timestep
     from muzero_jax.envs.pgx import PgxState
 
-    positions = tactical_positions("connect_four", 1024, jax.random.key(20_000))
+    positions = _connect_four_positions()
     if source.startswith("mcts"):
         opponent = jax.jit(make_opponent(source, make_env("connect_four")))
         g = positions.game
