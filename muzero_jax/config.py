@@ -47,6 +47,9 @@ class Config:
       num_unroll_steps: K, the steps the model is unrolled in the loss.
       td_steps: n, the steps of the n-step value target.
       value_loss_weight: weight of the value loss (0.25 in MuZero Reanalyze).
+      reward_loss_weight: weight of the reward loss (1 in the paper). Other
+        values are passed to the loss as `reward_loss_weight=`, so a custom
+        `loss_fn` must accept it.
       value_target: "target_network" bootstraps from a target network's value
         at the bootstrap state (MuZero Reanalyze); "search" from the search
         value stored when acting (the original paper).
@@ -113,6 +116,7 @@ class Config:
     num_unroll_steps: int = 5
     td_steps: int = 10
     value_loss_weight: float = 0.25
+    reward_loss_weight: float = 1.0
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
     target_ema: float = 0.0
@@ -157,7 +161,8 @@ class Config:
             _positive(name, getattr(self, name), allow_zero=True)
         for name in ("learning_rate", "replay_ratio"):
             _positive(name, getattr(self, name), integer=False)
-        for name in ("weight_decay", "max_grad_norm", "value_loss_weight", "priority_alpha",
+        for name in ("weight_decay", "max_grad_norm", "value_loss_weight",
+                     "reward_loss_weight", "priority_alpha",
                      "target_ema", "momentum"):
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
         if not 0.0 <= self.discount <= 1.0:

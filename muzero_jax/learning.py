@@ -15,6 +15,7 @@ replicated; each device has its own environments, replay shard and rng stream.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -257,6 +258,19 @@ def _check_supports(config: Config, env: Environment, value_support, reward_supp
         value_support.check_range(max_reward * horizon, name="value")
 
 
+def _check_accepts(fn: Callable[..., Any], name: str) -> None:
+    """Raises ValueError when `fn` cannot take the keyword argument `name`."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (e.g. some builtins): let it run
+        return
+    if not any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        raise ValueError(
+            f"config.{name} is set, but the custom loss_fn {getattr(fn, '__name__', fn)!r} "
+            f"does not accept {name}=; add the argument or leave the weight at 1"
+        )
+
+
 def make_train(
     config: Config,
     *,
@@ -275,7 +289,9 @@ def make_train(
       env: an environment overriding `config.env`.
       loss_fn: a replacement for `unrolled_loss` with the same signature
         (`(params, batch, *, networks, value_support, reward_support,
-        value_loss_weight) -> (loss, LossMetrics)`), e.g. for ablations.
+        value_loss_weight) -> (loss, LossMetrics)`), e.g. for ablations;
+        with `config.reward_loss_weight != 1` it also gets
+        `reward_loss_weight=`.
       compiler_options: XLA options for compiling `iteration` and `evaluate`
         (default: `default_compiler_options()`).
       num_seeds: S > 1 runs S independent seeds in one program (`jax.vmap`
@@ -297,6 +313,8 @@ def make_train(
     if compiler_options is None:
         compiler_options = default_compiler_options()
     _check_compiler_options(compiler_options)
+    if loss_fn is not None and config.reward_loss_weight != 1.0:
+        _check_accepts(loss_fn, "reward_loss_weight")
     mesh = make_mesh(config.num_devices)
     num_devices = mesh.devices.size
     for name in ("num_envs", "batch_size"):
@@ -365,6 +383,9 @@ def make_train(
         value_support=value_support,
         reward_support=reward_support,
         value_loss_weight=config.value_loss_weight,
+        # Only when set: custom loss functions keep the documented signature.
+        **({"reward_loss_weight": config.reward_loss_weight}
+           if config.reward_loss_weight != 1.0 else {}),
     )
     learner_step = make_learner_step(loss_fn, optimizer)
     num_updates = config.updates_per_iteration

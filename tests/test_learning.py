@@ -181,3 +181,31 @@ def test_train_compiles_iteration_and_evaluation_once(caplog):
         state, _ = trainer.iteration(state)
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(result.state.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_reward_loss_weight_reaches_the_loss_and_custom_losses_are_checked():
+    from muzero_jax.loss import unrolled_loss
+
+    seen = {}
+
+    def recording_loss(params, batch, **kwargs):
+        seen.update(kwargs)
+        return unrolled_loss(params, batch, **kwargs)
+
+    def old_style_loss(params, batch, *, networks, value_support, reward_support,
+                       value_loss_weight):
+        return unrolled_loss(params, batch, networks=networks, value_support=value_support,
+                             reward_support=reward_support, value_loss_weight=value_loss_weight)
+
+    config = preset("catch", reward_loss_weight=2.0, num_envs=4, batch_size=4,
+                    num_simulations=2, min_replay_steps=12)
+    with pytest.raises(ValueError, match="does not accept reward_loss_weight"):
+        make_train(config, loss_fn=old_style_loss)
+    make_train(preset("catch"), loss_fn=old_style_loss)  # weight 1: the old signature is fine
+    trainer = make_train(config, loss_fn=recording_loss)
+    state = trainer.init(jax.random.key(0))
+    for _ in range(4):
+        state, _ = trainer.iteration(state)
+    assert seen["reward_loss_weight"] == 2.0
+    with pytest.raises(ValueError, match="reward_loss_weight"):
+        preset("catch", reward_loss_weight=-1.0)

@@ -247,3 +247,33 @@ def test_rolled_and_unrolled_loops_agree():
     loss_c = unrolled_loss(params, other, networks=nets, value_support=VALUE_SUPPORT,
                            reward_support=REWARD_SUPPORT)[0]
     assert not np.isclose(loss_a, loss_c)
+
+
+def test_reward_loss_weight_scales_the_reward_term_and_its_gradient():
+    nets, obs_shape = _networks("mlp")
+    params = _random_params(nets, obs_shape, 0)
+    batch = _random_batch(obs_shape, 4, 3, 5)
+
+    def run(weight):
+        return jax.value_and_grad(
+            lambda p: unrolled_loss(p, batch, networks=nets, value_support=VALUE_SUPPORT,
+                                    reward_support=REWARD_SUPPORT, reward_loss_weight=weight),
+            has_aux=True)(params)
+
+    (loss1, m1), g1 = run(1.0)
+    (loss3, m3), g3 = run(3.0)
+    np.testing.assert_allclose(m3.reward_loss, m1.reward_loss)  # the metric is unweighted
+    np.testing.assert_allclose(
+        loss3, 0.25 * m1.value_loss + 3.0 * m1.reward_loss + m1.policy_loss, rtol=1e-5)
+    # Only the reward term reads the reward head: its gradient is 3x, the
+    # value and policy heads' are unchanged.
+    for name in g1:
+        if name.startswith("reward"):
+            for leaf in g1[name]:
+                np.testing.assert_allclose(g3[name][leaf], 3.0 * g1[name][leaf], rtol=1e-4,
+                                           atol=1e-7)
+        elif name.startswith(("value", "policy")):
+            for leaf in g1[name]:
+                np.testing.assert_allclose(g3[name][leaf], g1[name][leaf], rtol=1e-5,
+                                           atol=1e-7)
+    assert any(n.startswith("reward") for n in g1)
