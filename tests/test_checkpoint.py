@@ -216,7 +216,7 @@ def test_kill_during_checkpoint_write_keeps_previous(tmp_path):
 def test_checkpoint_from_before_new_config_fields_still_loads(resumed_runs, tmp_path,
                                                              monkeypatch):
     # A checkpoint whose saved config lacks fields added later (here the
-    # exploration_plies and conv-stem fields) restores against today's config,
+    # exploration_plies, reward_loss_weight and conv-stem fields) restores against today's config,
     # where those fields hold their defaults; any real difference still fails.
     config, trainer, (a, _), _ = resumed_runs
     from muzero_jax import checkpoint as ckpt
@@ -225,6 +225,7 @@ def test_checkpoint_from_before_new_config_fields_still_loads(resumed_runs, tmp_
     def old_config_to_dict(cfg):
         data = config_to_dict(cfg)
         data.pop("exploration_plies")
+        data.pop("reward_loss_weight")
         for name in ("conv_channels", "conv_kernel"):
             data["mlp"].pop(name)
         return data
