@@ -224,6 +224,14 @@ class UnrolledLossTest(chex.TestCase):
             )
 
 
+def _loss_and_grads(params, batch, nets, **kwargs):
+    """`((loss, metrics), grads)` of the library loss with extra keyword arguments."""
+    return jax.value_and_grad(
+        lambda p: unrolled_loss(p, batch, networks=nets, value_support=VALUE_SUPPORT,
+                                reward_support=REWARD_SUPPORT, **kwargs),
+        has_aux=True)(params)
+
+
 def test_rolled_and_unrolled_loops_agree():
     """`unroll=True` (the default: K steps inlined) computes what the rolled
     `lax.scan` (unroll=1) computes: loss, metrics and gradients."""
@@ -231,14 +239,8 @@ def test_rolled_and_unrolled_loops_agree():
     params = _random_params(nets, obs_shape, 3)
     batch = _random_batch(obs_shape, 4, 4, 11)
 
-    def run(unroll):
-        return jax.value_and_grad(
-            lambda p: unrolled_loss(p, batch, networks=nets, value_support=VALUE_SUPPORT,
-                                    reward_support=REWARD_SUPPORT, unroll=unroll),
-            has_aux=True)(params)
-
-    (loss_a, metrics_a), grads_a = run(True)
-    (loss_b, metrics_b), grads_b = run(1)
+    (loss_a, metrics_a), grads_a = _loss_and_grads(params, batch, nets, unroll=True)
+    (loss_b, metrics_b), grads_b = _loss_and_grads(params, batch, nets, unroll=1)
     np.testing.assert_allclose(loss_a, loss_b, rtol=1e-5)
     chex.assert_trees_all_close(metrics_a, metrics_b, rtol=1e-5, atol=1e-6)
     chex.assert_trees_all_close(grads_a, grads_b, rtol=1e-4, atol=1e-6)
@@ -254,14 +256,8 @@ def test_reward_loss_weight_scales_the_reward_term_and_its_gradient():
     params = _random_params(nets, obs_shape, 0)
     batch = _random_batch(obs_shape, 4, 3, 5)
 
-    def run(weight):
-        return jax.value_and_grad(
-            lambda p: unrolled_loss(p, batch, networks=nets, value_support=VALUE_SUPPORT,
-                                    reward_support=REWARD_SUPPORT, reward_loss_weight=weight),
-            has_aux=True)(params)
-
-    (loss1, m1), g1 = run(1.0)
-    (loss3, m3), g3 = run(3.0)
+    (loss1, m1), g1 = _loss_and_grads(params, batch, nets, reward_loss_weight=1.0)
+    (loss3, m3), g3 = _loss_and_grads(params, batch, nets, reward_loss_weight=3.0)
     np.testing.assert_allclose(m3.reward_loss, m1.reward_loss)  # the metric is unweighted
     np.testing.assert_allclose(
         loss3, 0.25 * m1.value_loss + 3.0 * m1.reward_loss + m1.policy_loss, rtol=1e-5)
