@@ -369,7 +369,7 @@ def make_dataset(env_name: str, *, seed: int, num_envs: int, num_steps: int, eps
     num_test = max(1, int(round(test_fraction * len(episodes))))
     split = [order[num_test:], order[:num_test]]
     train, test = (
-        LossBatch(**{f: np.concatenate([episodes[i][f] for i in idx]) for f in LossBatch._fields})
+        LossBatch(**{f: np.concatenate([episodes[i][f] for i in idx]) for f in episodes[0]})
         for idx in split
     )
     stats = {

@@ -50,6 +50,12 @@ class Config:
       reward_loss_weight: weight of the reward loss (1 in the paper). Other
         values are passed to the loss as `reward_loss_weight=`, so a custom
         `loss_fn` must accept it.
+      consistency_loss_weight: weight of EfficientZero's self-supervised
+        consistency loss (0: off, as in MuZero; EfficientZero uses 2). When
+        > 0 the networks gain projection and predictor heads, and the loss
+        gets `consistency_loss_weight=` and the batch `next_observation`, so
+        a custom `loss_fn` must accept them.
+      consistency_projection_size: width of those heads.
       value_target: "target_network" bootstraps from a target network's value
         at the bootstrap state (MuZero Reanalyze); "search" from the search
         value stored when acting (the original paper).
@@ -117,6 +123,8 @@ class Config:
     td_steps: int = 10
     value_loss_weight: float = 0.25
     reward_loss_weight: float = 1.0
+    consistency_loss_weight: float = 0.0
+    consistency_projection_size: int = 128
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
     target_ema: float = 0.0
@@ -153,7 +161,7 @@ class Config:
             "num_envs", "rollout_length", "max_env_steps", "value_support_size",
             "reward_support_size", "num_unroll_steps", "td_steps", "target_update_period",
             "num_simulations", "replay_capacity", "min_replay_steps", "batch_size",
-            "lr_decay_updates", "eval_episodes",
+            "lr_decay_updates", "eval_episodes", "consistency_projection_size",
         ):
             _positive(name, getattr(self, name))
         for name in ("lr_warmup_updates", "eval_every", "eval_num_simulations", "num_devices",
@@ -162,7 +170,7 @@ class Config:
         for name in ("learning_rate", "replay_ratio"):
             _positive(name, getattr(self, name), integer=False)
         for name in ("weight_decay", "max_grad_norm", "value_loss_weight",
-                     "reward_loss_weight", "priority_alpha",
+                     "reward_loss_weight", "consistency_loss_weight", "priority_alpha",
                      "target_ema", "momentum"):
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
         if not 0.0 <= self.discount <= 1.0:

@@ -104,6 +104,7 @@ class IterationMetrics(NamedTuple):
     value_error: chex.Array
     policy_entropy: chex.Array
     grad_norm: chex.Array
+    consistency_loss: chex.Array
     learning_rate: chex.Array
     temperature: chex.Array
     learned: chex.Array
@@ -258,7 +259,7 @@ def _check_supports(config: Config, env: Environment, value_support, reward_supp
         value_support.check_range(max_reward * horizon, name="value")
 
 
-def _check_accepts(fn: Callable[..., Any], name: str) -> None:
+def _check_accepts(fn: Callable[..., Any], name: str, off: float) -> None:
     """Raises ValueError when `fn` cannot take the keyword argument `name`."""
     try:
         params = inspect.signature(fn).parameters.values()
@@ -267,7 +268,7 @@ def _check_accepts(fn: Callable[..., Any], name: str) -> None:
     if not any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         raise ValueError(
             f"config.{name} is set, but the custom loss_fn {getattr(fn, '__name__', fn)!r} "
-            f"does not accept {name}=; add the argument or leave the weight at 1"
+            f"does not accept {name}=; add the argument or leave the weight at {off:g}"
         )
 
 
@@ -291,7 +292,8 @@ def make_train(
         (`(params, batch, *, networks, value_support, reward_support,
         value_loss_weight) -> (loss, LossMetrics)`), e.g. for ablations;
         with `config.reward_loss_weight != 1` it also gets
-        `reward_loss_weight=`.
+        `reward_loss_weight=`, and with `config.consistency_loss_weight > 0`
+        `consistency_loss_weight=` (its batch then has `next_observation`).
       compiler_options: XLA options for compiling `iteration` and `evaluate`
         (default: `default_compiler_options()`).
       num_seeds: S > 1 runs S independent seeds in one program (`jax.vmap`
@@ -314,7 +316,10 @@ def make_train(
         compiler_options = default_compiler_options()
     _check_compiler_options(compiler_options)
     if loss_fn is not None and config.reward_loss_weight != 1.0:
-        _check_accepts(loss_fn, "reward_loss_weight")
+        _check_accepts(loss_fn, "reward_loss_weight", 1.0)
+    consistency = config.consistency_loss_weight > 0
+    if loss_fn is not None and consistency:
+        _check_accepts(loss_fn, "consistency_loss_weight", 0.0)
     mesh = make_mesh(config.num_devices)
     num_devices = mesh.devices.size
     for name in ("num_envs", "batch_size"):
@@ -337,6 +342,7 @@ def make_train(
         num_actions=env.num_actions,
         value_bins=value_support.num_bins,
         reward_bins=reward_support.num_bins,
+        projection_size=config.consistency_projection_size if consistency else 0,
     )
     root_fn = make_root_fn(networks, value_support)
     recurrent_fn = make_recurrent_fn(
@@ -386,6 +392,7 @@ def make_train(
         # Only when set: custom loss functions keep the documented signature.
         **({"reward_loss_weight": config.reward_loss_weight}
            if config.reward_loss_weight != 1.0 else {}),
+        **({"consistency_loss_weight": config.consistency_loss_weight} if consistency else {}),
     )
     learner_step = make_learner_step(loss_fn, optimizer)
     num_updates = config.updates_per_iteration
@@ -436,6 +443,7 @@ def make_train(
             reward_mask=targets.reward_mask,
             policy_mask=targets.policy_mask,
             importance_weight=sample.weights,
+            next_observation=seqs.observation[:, 1:k + 1] if consistency else None,
         )
         params, opt_state, grad_norm, metrics = learner_step(params, opt_state, batch)
         updates = updates + 1
@@ -452,6 +460,7 @@ def make_train(
         out = (
             metrics.loss, metrics.value_loss, metrics.reward_loss, metrics.policy_loss,
             jnp.mean(metrics.value_error), metrics.policy_entropy, grad_norm,
+            jnp.asarray(metrics.consistency_loss, jnp.float32),
         )
         return (params, target_params, opt_state, replay, updates), out
 
@@ -484,7 +493,7 @@ def make_train(
 
         def skip(operand):
             zero = jnp.zeros((), jnp.float32)
-            return operand, (zero,) * 7
+            return operand, (zero,) * 8
 
         operand = (state.params, state.target_params, state.opt_state, replay,
                    counters.updates)
@@ -494,13 +503,14 @@ def make_train(
         finite = jnp.all(jnp.asarray(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)] + [jnp.isfinite(outs[0])]
         ))
-        loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm = (
+        loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss = (
             jax.lax.pmean(o, AXIS) for o in outs
         )
         ep = jax.tree.map(lambda x: jax.lax.psum(x, AXIS), stats)
         metrics = IterationMetrics(
             loss=loss, value_loss=v_loss, reward_loss=r_loss, policy_loss=p_loss,
             value_error=v_err, policy_entropy=entropy, grad_norm=grad_norm,
+            consistency_loss=c_loss,
             learning_rate=jnp.asarray(lr_schedule(jnp.maximum(updates - 1, 0)), jnp.float32),
             temperature=temperature,
             learned=can_learn.astype(jnp.float32),

@@ -48,6 +48,10 @@ class LossBatch(NamedTuple):
       policy_mask: `[B, K+1]` 1 where the policy loss counts (0 past the end of
         an episode: absorbing states have no policy).
       importance_weight: `[B]` per-example weights (prioritised replay).
+      next_observation: `[B, K, *obs]` the observation reached after each of
+        the K actions (only the consistency loss reads it; None without it).
+        Entry k-1 counts where `policy_mask[:, k-1]` is 1, i.e. where the
+        action was taken inside the episode.
     """
 
     observation: chex.Array
@@ -59,6 +63,7 @@ class LossBatch(NamedTuple):
     reward_mask: chex.Array
     policy_mask: chex.Array
     importance_weight: chex.Array
+    next_observation: chex.Array | None = None
 
 
 class LossMetrics(NamedTuple):
@@ -73,6 +78,8 @@ class LossMetrics(NamedTuple):
       reward_error: `[K+1]` mean |predicted reward - target| (0 at step 0).
       policy_entropy: mean entropy of the predicted policy at step 0.
       predicted_value: `[B]` scalar value predicted at step 0 (for priorities).
+      consistency_loss: negative cosine similarity of the consistency loss,
+        summed over the K recurrent steps (unweighted; 0 when it is off).
     """
 
     loss: chex.Array
@@ -83,6 +90,11 @@ class LossMetrics(NamedTuple):
     reward_error: chex.Array
     policy_entropy: chex.Array
     predicted_value: chex.Array
+    consistency_loss: chex.Array = 0.0
+
+
+def _unit(x: chex.Array, eps: float = 1e-5) -> chex.Array:
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
 def _masked_ce(logits: chex.Array, target_probs: chex.Array) -> chex.Array:
@@ -99,12 +111,19 @@ def unrolled_loss(
     value_loss_weight: float = 0.25,
     unroll: int | bool = True,
     reward_loss_weight: float = 1.0,
+    consistency_loss_weight: float = 0.0,
 ) -> tuple[chex.Array, LossMetrics]:
     """MuZero's loss over K unroll steps, with the paper's gradient scaling.
 
     Per step k, `l_k = value_loss_weight * CE(value) + reward_loss_weight *
     CE(reward) + CE(policy)`
-    (no reward term at k = 0), each term masked by its mask; the total is
+    (no reward term at k = 0), plus, for k > 0 and `consistency_loss_weight`
+    > 0, `consistency_loss_weight * -cos(predictor(projection(s_k)),
+    stop_gradient(projection(h(o_k))))`: EfficientZero's self-supervised
+    consistency between the hidden state the dynamics reached and the
+    representation of the observation actually reached (Ye et al., 2021; the
+    target branch uses the same parameters under `stop_gradient`). Each term
+    is masked by its mask; the total is
     `sum_k scale_gradient(l_k, 1 / K if k > 0 else 1)`, weighted per example by
     `importance_weight` and averaged over the batch. All targets are wrapped in
     `stop_gradient`.
@@ -125,6 +144,9 @@ def unrolled_loss(
       reward_loss_weight: weight of the reward term (1 in the paper); more
         weight helps where rewards are rare (a board game's only reward is
         its last move).
+      consistency_loss_weight: weight of the consistency term (0, off, in
+        MuZero; EfficientZero uses 2). Needs `networks.projection` (built with
+        `make_networks(..., projection_size=P)`) and `batch.next_observation`.
 
     Returns:
       `(loss, metrics)`: the scalar loss and a `LossMetrics`.
@@ -142,6 +164,12 @@ def unrolled_loss(
         [batch.value_mask, batch.reward_mask, batch.policy_mask], (batch_size, num_steps + 1)
     )
     chex.assert_shape(batch.importance_weight, (batch_size,))
+    consistency = consistency_loss_weight > 0
+    if consistency and (networks.projection is None or batch.next_observation is None):
+        raise ValueError(
+            "consistency_loss_weight > 0 needs networks built with projection_size > 0 "
+            "and a batch with next_observation"
+        )
 
     targets = jax.lax.stop_gradient(
         (batch.target_value, batch.target_reward, batch.target_policy)
@@ -168,6 +196,24 @@ def unrolled_loss(
         r_err = jnp.abs(reward - target_reward[:, k]) * reward_mask[:, k]
         return v_err, r_err, value
 
+    if consistency:
+        obs_shape = batch.observation.shape[1:]
+        chex.assert_shape(batch.next_observation, (batch_size, num_steps) + obs_shape)
+        flat = batch.next_observation.reshape((-1,) + obs_shape)
+        target_z, _ = networks.projection(params, networks.representation(params, flat))
+        target_z = jax.lax.stop_gradient(target_z.reshape(batch_size, num_steps, -1))
+        # The observation after action k-1 exists where that action was taken.
+        consistency_mask = policy_mask[:, :num_steps]
+
+    def consistency_term(hidden, k):
+        """`[B]` negative cosine similarity at recurrent step k (0 when off)."""
+        if not consistency:
+            return jnp.zeros((batch_size,), jnp.float32)
+        _, predicted = networks.projection(params, hidden)
+        target = jax.lax.dynamic_index_in_dim(target_z, k - 1, axis=1, keepdims=False)
+        mask = jax.lax.dynamic_index_in_dim(consistency_mask, k - 1, axis=1, keepdims=False)
+        return -jnp.sum(_unit(predicted) * _unit(target), axis=-1) * mask
+
     # Step 0: initial inference, no reward loss, gradient scale 1.
     out0 = networks.initial_inference(params, batch.observation)
     v0, _, p0 = step_terms(out0, 0)
@@ -178,13 +224,15 @@ def unrolled_loss(
         action = jax.lax.dynamic_index_in_dim(batch.actions, k - 1, axis=1, keepdims=False)
         out = networks.recurrent_inference(params, hidden, action)
         v, r, p = step_terms(out, k)
-        l_k = scale_gradient(value_loss_weight * v + reward_loss_weight * r + p,
-                             1.0 / num_steps)
+        c = consistency_term(out.hidden, k)
+        l_k = scale_gradient(
+            value_loss_weight * v + reward_loss_weight * r + p + consistency_loss_weight * c,
+            1.0 / num_steps)
         v_err, r_err, _ = errors(out, k)
         hidden = scale_gradient(out.hidden, 0.5)
-        return hidden, (l_k, v, r, p, v_err, r_err)
+        return hidden, (l_k, v, r, p, c, v_err, r_err)
 
-    _, (l_steps, v_steps, r_steps, p_steps, v_errs, r_errs) = jax.lax.scan(
+    _, (l_steps, v_steps, r_steps, p_steps, c_steps, v_errs, r_errs) = jax.lax.scan(
         body, out0.hidden, jnp.arange(1, num_steps + 1), unroll=unroll
     )
     per_example = loss0 + jnp.sum(l_steps, axis=0)  # [B]
@@ -201,5 +249,6 @@ def unrolled_loss(
         reward_error=jnp.concatenate([jnp.zeros((1,)), jnp.mean(r_errs, axis=1)]),
         policy_entropy=jnp.mean(entropy),
         predicted_value=jax.lax.stop_gradient(value0),
+        consistency_loss=jnp.mean(jnp.sum(c_steps, axis=0)),
     )
     return loss, metrics

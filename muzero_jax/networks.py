@@ -76,6 +76,13 @@ class MLPConfig:
         stem for board games (e.g. lines of four in Connect Four), leaving
         dynamics and prediction fully connected. 0: flatten the observation.
       conv_kernel: the stem's kernel size.
+      per_action_outputs: the dynamics' two output layers (the next hidden
+        state and the reward logits) hold one set of weights per action, and
+        the action taken picks its set, so the action acts multiplicatively on
+        the outputs as it does in a policy head, instead of only through the
+        torso's input, as a way to learn per-move facts (this column wins);
+        the output layers grow `num_actions`-fold, so it suits small action
+        spaces (it did not help in a Connect Four screen; see the README).
     """
 
     hidden_sizes: tuple[int, ...] = (64,)
@@ -86,6 +93,7 @@ class MLPConfig:
     reward_input: str = "torso"
     conv_channels: int = 0
     conv_kernel: int = 4
+    per_action_outputs: bool = False
 
     def __post_init__(self):
         _check_positive("conv_channels", self.conv_channels, allow_zero=True)
@@ -98,6 +106,10 @@ class MLPConfig:
         _check_sizes("head_hidden_sizes", self.head_hidden_sizes, allow_empty=True)
         _check_positive("latent_size", self.latent_size)
         _check_activation(self.activation)
+        if not isinstance(self.per_action_outputs, bool):
+            raise ValueError(
+                f"per_action_outputs must be true or false, got {self.per_action_outputs!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +193,10 @@ class Networks(NamedTuple):
       num_actions: size of the action space.
       value_bins: categorical bins of the value head.
       reward_bins: categorical bins of the reward head.
+      projection: with `projection_size > 0`, `(params, hidden) ->
+        (projection[B, P], prediction[B, P])`: EfficientZero's projection of
+        a hidden state and the predictor applied to it, for the
+        self-supervised consistency loss; None otherwise.
     """
 
     init: Callable[..., Params]
@@ -192,6 +208,7 @@ class Networks(NamedTuple):
     num_actions: int
     value_bins: int
     reward_bins: int
+    projection: Callable[..., tuple[chex.Array, chex.Array]] | None = None
 
 
 def _mlp(sizes: Sequence[int], activation, layer_norm: bool, name: str) -> Callable:
@@ -262,13 +279,24 @@ def _build_mlp(cfg: MLPConfig, num_actions: int, value_bins: int, reward_bins: i
         x = hk.Linear(cfg.latent_size, name="representation_out")(x)
         return min_max_normalize(x)
 
+    # With per-action outputs an output layer computes every action's result
+    # and the taken action's is kept.
+    copies = num_actions if cfg.per_action_outputs else 1
+
+    def pick(out, action):
+        if copies == 1:
+            return out
+        out = out.reshape(out.shape[0], copies, -1)
+        return jnp.take_along_axis(out, action[:, None, None], axis=1)[:, 0]
+
     def dynamics(hidden, action):
         x = jnp.concatenate([hidden, jax.nn.one_hot(action, num_actions)], axis=-1)
         x = _mlp(cfg.hidden_sizes, act, cfg.layer_norm, "dynamics")(x)
-        raw = hk.Linear(cfg.latent_size, name="dynamics_out")(x)
+        raw = pick(hk.Linear(cfg.latent_size * copies, name="dynamics_out")(x), action)
         reward_in = x if cfg.reward_input == "torso" else raw
-        reward = _head(cfg.head_hidden_sizes, reward_bins, act, cfg.layer_norm, "reward")(reward_in)
-        return min_max_normalize(raw), reward
+        reward = _head(cfg.head_hidden_sizes, reward_bins * copies, act, cfg.layer_norm,
+                       "reward")(reward_in)
+        return min_max_normalize(raw), pick(reward, action)
 
     def prediction(hidden):
         policy = _head(cfg.head_hidden_sizes, num_actions, act, cfg.layer_norm, "policy")(hidden)
@@ -324,12 +352,32 @@ def _build_resnet(cfg: ResNetConfig, num_actions: int, value_bins: int, reward_b
     return representation, dynamics, prediction
 
 
+def _projection(size: int):
+    """EfficientZero's projection and predictor heads (SimSiam), as an MLP.
+
+    The projection maps a flattened hidden state through `size` units,
+    LayerNorm and ReLU to `size` outputs; the predictor adds one more ReLU
+    layer of `size` units and a linear output. Returns both.
+    """
+
+    def apply(hidden):
+        x = hidden.reshape(hidden.shape[0], -1)
+        x = hk.Linear(size, name="projection_linear_0")(x)
+        x = jax.nn.relu(hk.LayerNorm(-1, True, True, name="projection_norm_0")(x))
+        z = hk.Linear(size, name="projection_out")(x)
+        y = jax.nn.relu(hk.Linear(size, name="predictor_linear_0")(z))
+        return z, hk.Linear(size, name="predictor_out")(y)
+
+    return apply
+
+
 def make_networks(
     config: MLPConfig | ResNetConfig,
     *,
     num_actions: int,
     value_bins: int,
     reward_bins: int,
+    projection_size: int = 0,
 ) -> Networks:
     """Builds MuZero's networks as pure functions of one parameter set.
 
@@ -338,6 +386,8 @@ def make_networks(
       num_actions: size of the discrete action space.
       value_bins: categorical bins of the value head.
       reward_bins: categorical bins of the reward head.
+      projection_size: when > 0, also builds `Networks.projection`, the
+        projection and predictor heads of the consistency loss, this wide.
 
     Returns:
       A `Networks` bundle; `init(rng_key, observation[B, *obs])` makes params.
@@ -345,6 +395,7 @@ def make_networks(
     _check_positive("num_actions", num_actions)
     _check_positive("value_bins", value_bins)
     _check_positive("reward_bins", reward_bins)
+    _check_positive("projection_size", projection_size, allow_zero=True)
     if isinstance(config, MLPConfig):
         build = _build_mlp
     elif isinstance(config, ResNetConfig):
@@ -355,15 +406,21 @@ def make_networks(
     def forward():
         representation, dynamics, prediction = build(config, num_actions, value_bins, reward_bins)
 
+        project = _projection(projection_size) if projection_size else None
+
         def init(obs):
             hidden = representation(obs)
             nxt, _ = dynamics(hidden, jnp.zeros(obs.shape[0], jnp.int32))
+            if project is not None:
+                project(nxt)
             return prediction(nxt)
 
-        return init, (representation, dynamics, prediction)
+        functions = (representation, dynamics, prediction)
+        return init, functions + ((project,) if project is not None else ())
 
     transformed = hk.without_apply_rng(hk.multi_transform(forward))
-    representation_fn, dynamics_fn, prediction_fn = transformed.apply
+    representation_fn, dynamics_fn, prediction_fn = transformed.apply[:3]
+    projection_fn = transformed.apply[3] if projection_size else None
 
     def initial_inference(params: Params, observation: chex.Array) -> NetworkOutput:
         hidden = representation_fn(params, observation)
@@ -386,4 +443,5 @@ def make_networks(
         num_actions=num_actions,
         value_bins=value_bins,
         reward_bins=reward_bins,
+        projection=projection_fn,
     )

@@ -205,7 +205,62 @@ def test_reward_loss_weight_reaches_the_loss_and_custom_losses_are_checked():
     trainer = make_train(config, loss_fn=recording_loss)
     state = trainer.init(jax.random.key(0))
     for _ in range(4):
-        state, _ = trainer.iteration(state)
+        state, metrics = trainer.iteration(state)
     assert seen["reward_loss_weight"] == 2.0
+    assert "consistency_loss_weight" not in seen and float(metrics.consistency_loss) == 0.0
     with pytest.raises(ValueError, match="reward_loss_weight"):
         preset("catch", reward_loss_weight=-1.0)
+
+
+def test_consistency_loss_gets_the_observations_reached():
+    from muzero_jax.loss import unrolled_loss
+
+    seen, captured = {}, []
+
+    def recording_loss(params, batch, **kwargs):
+        seen.update(kwargs)
+        jax.debug.callback(lambda *a: captured.append([np.asarray(x) for x in a]),
+                           batch.observation, batch.next_observation, batch.policy_mask)
+        return unrolled_loss(params, batch, **kwargs)
+
+    def old_style_loss(params, batch, *, networks, value_support, reward_support,
+                       value_loss_weight):
+        raise AssertionError("not called")
+
+    config = preset("catch", consistency_loss_weight=2.0, consistency_projection_size=8,
+                    num_envs=4, batch_size=4, num_simulations=2, min_replay_steps=12)
+    with pytest.raises(ValueError, match="does not accept consistency_loss_weight"):
+        make_train(config, loss_fn=old_style_loss)
+    trainer = make_train(config, loss_fn=recording_loss)
+    assert trainer.networks.projection is not None
+    state = trainer.init(jax.random.key(0))
+    for _ in range(4):
+        state, metrics = trainer.iteration(state)
+    assert seen["consistency_loss_weight"] == 2.0
+    assert float(metrics.learned) > 0 and captured
+    # Summed over K steps of -cos, masked: within [-K, K], and on.
+    assert 0 < abs(float(metrics.consistency_loss)) <= config.num_unroll_steps
+    # Catch's ball falls one row per step in a fixed column: each observation
+    # reached is the one before with the ball a row lower, while the episode
+    # runs and the ball is above the paddle's row.
+    rows = captured[0][0].shape[1]
+
+    def ball(board):
+        r, c = np.nonzero(board[:rows - 1])
+        return (int(r[0]), int(c[0])) if len(r) else None
+
+    checked = 0
+    for observation, reached, policy_mask in captured:
+        assert reached.shape == (4, config.num_unroll_steps) + observation.shape[1:]
+        for b in range(observation.shape[0]):
+            before = observation[b]
+            for j in range(config.num_unroll_steps):
+                if not policy_mask[b, j]:
+                    break
+                if ball(before) is not None and ball(before)[0] < rows - 2:
+                    assert ball(reached[b, j]) == (ball(before)[0] + 1, ball(before)[1])
+                    checked += 1
+                before = reached[b, j]
+    assert checked > 20
+    with pytest.raises(ValueError, match="consistency_loss_weight"):
+        preset("catch", consistency_loss_weight=-1.0)

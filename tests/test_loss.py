@@ -273,3 +273,69 @@ def test_reward_loss_weight_scales_the_reward_term_and_its_gradient():
                 np.testing.assert_allclose(g3[name][leaf], g1[name][leaf], rtol=1e-5,
                                            atol=1e-7)
     assert any(n.startswith("reward") for n in g1)
+
+
+def _consistency_transcription(params, batch, nets, weight, stop_target=True):
+    """EfficientZero's consistency term written out per example and step:
+    `-weight * cos(predictor(projection(s_k)), sg(projection(h(o_k))))`,
+    counted where the action before step k was taken in the episode, each
+    step's term scaled by 1/K and the hidden state by 0.5 as in the loss."""
+
+    def sg(x, s):
+        return x * s + jax.lax.stop_gradient(x) * (1 - s)
+
+    def example(image, actions, next_images, policy_mask):
+        num_steps = actions.shape[0]
+        hidden = nets.initial_inference(params, image[None]).hidden
+        total = 0.0
+        for k in range(num_steps):
+            out = nets.recurrent_inference(params, hidden, actions[k:k + 1])
+            _, predicted = nets.projection(params, out.hidden)
+            target, _ = nets.projection(params, nets.representation(params, next_images[k:k + 1]))
+            if stop_target:
+                target = jax.lax.stop_gradient(target)
+            cos = jnp.sum(predicted * target) / (jnp.linalg.norm(predicted)
+                                                  * jnp.linalg.norm(target))
+            total += sg(-weight * cos * policy_mask[k], 1.0 / num_steps)
+            hidden = sg(out.hidden, 0.5)
+        return total
+
+    return jnp.mean(jax.vmap(example)(batch.observation, batch.actions,
+                                      batch.next_observation, batch.policy_mask))
+
+
+def test_consistency_loss_matches_a_transcription():
+    cfg = MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,))
+    nets = make_networks(cfg, num_actions=NUM_ACTIONS, value_bins=VALUE_SUPPORT.num_bins,
+                         reward_bins=REWARD_SUPPORT.num_bins, projection_size=4)
+    obs_shape = (6,)
+    params = _random_params(nets, obs_shape, 2)
+    assert params["predictor_out"]["w"].shape == (4, 4)
+    k = 3
+    batch = _random_batch(obs_shape, 5, k, 9)
+    batch = batch._replace(
+        next_observation=jax.random.normal(jax.random.key(4), (5, k) + obs_shape))
+    assert float(jnp.min(batch.policy_mask[:, :k])) == 0.0  # the mask is exercised
+
+    def expected(p):
+        return pseudocode_loss(p, batch, nets) + _consistency_transcription(p, batch, nets, 2.0)
+
+    (loss, metrics), grads = _loss_and_grads(params, batch, nets, consistency_loss_weight=2.0)
+    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
+    chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
+    (base, base_metrics), _ = _loss_and_grads(params, batch, nets)
+    np.testing.assert_allclose(loss - base, 2.0 * metrics.consistency_loss, rtol=1e-4)
+    assert base_metrics.consistency_loss == 0.0
+    # ...and it can fail: without the stop-gradient on the target branch the
+    # representation's gradient changes.
+    no_stop_grads = jax.grad(lambda p: pseudocode_loss(p, batch, nets) + (
+        _consistency_transcription(p, batch, nets, 2.0, stop_target=False)))(params)
+    assert _max_rel_diff(no_stop_grads["representation_out"], grads["representation_out"]) > 1e-2
+    with pytest.raises(ValueError, match="projection_size"):
+        unrolled_loss(params, batch, networks=_networks("mlp")[0], value_support=VALUE_SUPPORT,
+                      reward_support=REWARD_SUPPORT, consistency_loss_weight=1.0)
+    with pytest.raises(ValueError, match="next_observation"):
+        unrolled_loss(params, batch._replace(next_observation=None), networks=nets,
+                      value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
+                      consistency_loss_weight=1.0)

@@ -150,3 +150,44 @@ def test_mlp_conv_stem_by_hand():
         MLPConfig(conv_channels=-1)
     with pytest.raises(ValueError, match="conv_kernel"):
         MLPConfig(conv_kernel=0)
+
+
+def test_per_action_outputs_by_hand():
+    # A=3, latent 4, torso (6,), no head hidden layers, reward bins 2: the
+    # output layers have 3 column blocks, one per action.
+    #   dynamics_out 6*(4*3) + 12 = 84 instead of 6*4 + 4 = 28;
+    #   reward_out   6*(2*3) + 6 = 42 instead of 6*2 + 2 = 14.
+    cfg = MLPConfig(hidden_sizes=(6,), latent_size=4, head_hidden_sizes=(),
+                    layer_norm=False, per_action_outputs=True)
+    nets = make_networks(cfg, num_actions=3, value_bins=3, reward_bins=2)
+    obs = jax.random.normal(jax.random.key(0), (4, 5))
+    params = nets.init(jax.random.key(1), obs)
+    assert params["dynamics_out"]["w"].shape == (6, 12)
+    assert params["reward_out"]["w"].shape == (6, 6)
+    shared = make_networks(MLPConfig(hidden_sizes=(6,), latent_size=4, head_hidden_sizes=(),
+                                     layer_norm=False),
+                           num_actions=3, value_bins=3, reward_bins=2)
+    extra = (sum(x.size for x in jax.tree.leaves(params))
+             - sum(x.size for x in jax.tree.leaves(shared.init(jax.random.key(1), obs))))
+    assert extra == (84 - 28) + (42 - 14)
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    params = jax.tree.unflatten(tree, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+    hidden = nets.representation(params, obs)
+    action = np.array([2, 0, 1, 2])
+    lin0 = params["dynamics_linear_0"]
+    x = np.asarray(jax.nn.relu(
+        jnp.concatenate([hidden, jax.nn.one_hot(action, 3)], -1) @ lin0["w"] + lin0["b"]))
+    w_out, b_out = np.asarray(params["dynamics_out"]["w"]), np.asarray(params["dynamics_out"]["b"])
+    w_rew, b_rew = np.asarray(params["reward_out"]["w"]), np.asarray(params["reward_out"]["b"])
+    # Row i uses columns [a*4, a*4+4) of the next-state layer and [a*2, a*2+2)
+    # of the reward layer for its action a.
+    raw = np.stack([x[i] @ w_out[:, a * 4:a * 4 + 4] + b_out[a * 4:a * 4 + 4]
+                    for i, a in enumerate(action)])
+    reward = np.stack([x[i] @ w_rew[:, a * 2:a * 2 + 2] + b_rew[a * 2:a * 2 + 2]
+                       for i, a in enumerate(action)])
+    nxt, reward_logits = nets.dynamics(params, hidden, jnp.asarray(action))
+    np.testing.assert_allclose(reward_logits, reward, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(nxt, min_max_normalize(jnp.asarray(raw)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="per_action_outputs"):
+        MLPConfig(per_action_outputs=1)
