@@ -259,8 +259,9 @@ def _check_supports(config: Config, env: Environment, value_support, reward_supp
         value_support.check_range(max_reward * horizon, name="value")
 
 
-def _check_accepts(fn: Callable[..., Any], name: str, off: float) -> None:
+def _check_accepts(fn: Callable[..., Any], name: str) -> None:
     """Raises ValueError when `fn` cannot take the keyword argument `name`."""
+    off = inspect.signature(unrolled_loss).parameters[name].default
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):  # no signature to read (e.g. some builtins): let it run
@@ -315,11 +316,17 @@ def make_train(
     if compiler_options is None:
         compiler_options = default_compiler_options()
     _check_compiler_options(compiler_options)
-    if loss_fn is not None and config.reward_loss_weight != 1.0:
-        _check_accepts(loss_fn, "reward_loss_weight", 1.0)
     consistency = config.consistency_loss_weight > 0
-    if loss_fn is not None and consistency:
-        _check_accepts(loss_fn, "consistency_loss_weight", 0.0)
+    # Loss weights beyond the paper's, passed only when set, so that custom
+    # loss functions written to the documented signature keep working.
+    extra_loss_kwargs = {}
+    if config.reward_loss_weight != 1.0:
+        extra_loss_kwargs["reward_loss_weight"] = config.reward_loss_weight
+    if consistency:
+        extra_loss_kwargs["consistency_loss_weight"] = config.consistency_loss_weight
+    if loss_fn is not None:
+        for name in extra_loss_kwargs:
+            _check_accepts(loss_fn, name)
     mesh = make_mesh(config.num_devices)
     num_devices = mesh.devices.size
     for name in ("num_envs", "batch_size"):
@@ -389,10 +396,7 @@ def make_train(
         value_support=value_support,
         reward_support=reward_support,
         value_loss_weight=config.value_loss_weight,
-        # Only when set: custom loss functions keep the documented signature.
-        **({"reward_loss_weight": config.reward_loss_weight}
-           if config.reward_loss_weight != 1.0 else {}),
-        **({"consistency_loss_weight": config.consistency_loss_weight} if consistency else {}),
+        **extra_loss_kwargs,
     )
     learner_step = make_learner_step(loss_fn, optimizer)
     num_updates = config.updates_per_iteration
