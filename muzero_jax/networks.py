@@ -129,6 +129,14 @@ class ResNetConfig:
         3 blocks, avg-pool s2, 3 blocks, avg-pool s2).
       head_channels: planes of the 1x1 convolution before each head.
       head_hidden_sizes: hidden layers of the fully connected heads.
+      action_planes: how the dynamics sees the action. "constant": one
+        constant plane per action, one-hot over planes (the paper's Atari
+        encoding). "board": the action drawn on the board, as the paper does
+        for board games; the hidden state's `H x W` decides the reading:
+        `H*W` actions are cells (a one at the cell, e.g. TicTacToe), `H*W + 1`
+        are cells plus a last "pass" action (Go; a second plane is all ones
+        for pass), `W` actions are columns (Connect Four; the column is all
+        ones). Needs `downsample=False`.
     """
 
     channels: int = 256
@@ -137,6 +145,7 @@ class ResNetConfig:
     downsample: bool = True
     head_channels: int = 16
     head_hidden_sizes: tuple[int, ...] = (256,)
+    action_planes: str = "constant"
 
     def __post_init__(self):
         _check_positive("channels", self.channels)
@@ -144,6 +153,15 @@ class ResNetConfig:
         _check_positive("num_prediction_blocks", self.num_prediction_blocks, allow_zero=True)
         _check_positive("head_channels", self.head_channels)
         _check_sizes("head_hidden_sizes", self.head_hidden_sizes, allow_empty=True)
+        if self.action_planes not in ("constant", "board"):
+            raise ValueError(
+                f"action_planes must be 'constant' or 'board', got {self.action_planes!r}"
+            )
+        if self.action_planes == "board" and self.downsample:
+            raise ValueError(
+                "action_planes='board' draws the action on the board, so it needs "
+                "downsample=False (the downsampled hidden state is not the board)"
+            )
 
 
 def _check_positive(name: str, value: int, allow_zero: bool = False) -> None:
@@ -306,6 +324,28 @@ def _build_mlp(cfg: MLPConfig, num_actions: int, value_bins: int, reward_bins: i
     return representation, dynamics, prediction
 
 
+def _action_planes(kind: str, action: chex.Array, num_actions: int, shape) -> chex.Array:
+    """`[B]` actions -> `[B, H, W, P]` planes for the ResNet dynamics (see `ResNetConfig`)."""
+    batch, height, width = shape
+    one_hot = jax.nn.one_hot(action, num_actions)
+    if kind == "constant":
+        return jnp.broadcast_to(one_hot[:, None, None, :], (batch, height, width, num_actions))
+    cells = height * width
+    if num_actions in (cells, cells + 1):
+        board = one_hot[:, :cells].reshape(batch, height, width, 1)
+        if num_actions == cells:
+            return board
+        passed = jnp.broadcast_to(one_hot[:, None, None, cells:], (batch, height, width, 1))
+        return jnp.concatenate([board, passed], axis=-1)
+    if num_actions == width:
+        return jnp.broadcast_to(one_hot[:, None, :, None], (batch, height, width, 1))
+    raise ValueError(
+        f"action_planes='board' cannot draw {num_actions} actions on a {height}x{width} "
+        f"board: it reads H*W ({cells}) actions as cells, H*W+1 as cells plus pass, "
+        f"and W ({width}) as columns"
+    )
+
+
 def _build_resnet(cfg: ResNetConfig, num_actions: int, value_bins: int, reward_bins: int):
     c = cfg.channels
 
@@ -325,11 +365,7 @@ def _build_resnet(cfg: ResNetConfig, num_actions: int, value_bins: int, reward_b
         return min_max_normalize(x)
 
     def dynamics(hidden, action):
-        # The action as one constant plane per action (one-hot over planes).
-        planes = jnp.broadcast_to(
-            jax.nn.one_hot(action, num_actions)[:, None, None, :],
-            hidden.shape[:3] + (num_actions,),
-        )
+        planes = _action_planes(cfg.action_planes, action, num_actions, hidden.shape[:3])
         x = jnp.concatenate([hidden, planes.astype(hidden.dtype)], axis=-1)
         x = hk.Conv2D(c, 3, name="dynamics_conv")(x)
         x = _tower(x, c, cfg.num_blocks, "dynamics")

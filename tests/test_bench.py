@@ -96,7 +96,7 @@ def test_learner_step_flops_grow_linearly_with_the_unroll():
 
 def test_e2e_counts_environment_steps(tmp_path):
     out = tmp_path / "e2e.json"
-    tiny = dict(num_envs=8, rollout_length=4, batch_size=8, replay_ratio=1 / 32,
+    tiny = dict(num_envs=8, rollout_length=10, batch_size=8, replay_ratio=1 / 80,
                 num_simulations=4, replay_capacity=40, min_replay_steps=16)
     code = bench.main(["e2e", "--envs", "catch", "--iterations", "2", "--set", json.dumps(tiny),
                        "--json", str(out), "--solve-seeds", "3", "--max-seconds", "0.5"])
@@ -107,11 +107,18 @@ def test_e2e_counts_environment_steps(tmp_path):
     # and before learning starts (16 rows per environment).
     assert solve["kind"] == "time_to_threshold" and solve["seed"] == 3
     assert solve["threshold"] == 0.95 and not solve["solved"]
-    assert solve["env_steps"] == 32 and solve["updates"] == 0
-    # 8 envs x 4 steps per iteration; 1 update of batch 8 per iteration.
-    assert row["env_steps_per_s"] == pytest.approx(32 / row["iteration_median_s"])
-    assert row["learner_samples_per_s"] == pytest.approx(row["env_steps_per_s"] * 8 / 32)
+    assert solve["env_steps"] == 80 and solve["updates"] == 0
+    # 8 envs x 10 steps per iteration; 1 update of batch 8 per iteration.
+    assert row["env_steps_per_s"] == pytest.approx(80 / row["iteration_median_s"])
+    assert row["learner_samples_per_s"] == pytest.approx(row["env_steps_per_s"] * 8 / 80)
     assert row["num_devices"] == 1 and row["updates_per_iteration"] == 1
+    # 4 simulations per env step. A Catch episode is 9 steps plus the step
+    # that starts the next one, so every env ends exactly one game in each
+    # 10-step iteration: 8 x 2 games in the 2 timed iterations.
+    assert row["search_simulations_per_s"] == pytest.approx(row["env_steps_per_s"] * 4)
+    assert row["games"] == 16
+    assert row["games_per_s"] == pytest.approx(16 / row["timed_s"])
+    assert row["timed_s"] == pytest.approx(2 * row["iteration_median_s"])  # median of 2 = mean
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
 """Tests of the Haiku networks: shapes, shared params, min-max normalisation."""
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -191,3 +193,57 @@ def test_per_action_outputs_by_hand():
     np.testing.assert_allclose(nxt, min_max_normalize(jnp.asarray(raw)), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="per_action_outputs"):
         MLPConfig(per_action_outputs=1)
+
+
+@pytest.mark.parametrize(
+    "board,num_actions,action,expected",
+    [
+        # Connect Four: 7 columns on 6x7; the column played is all ones.
+        ((6, 7), 7, 3, {(0, r, 3): 1.0 for r in range(6)}),
+        # TicTacToe: 9 cells on 3x3; a one at the cell (row-major).
+        ((3, 3), 9, 5, {(0, 1, 2): 1.0}),
+        # Go 9x9: 81 cells + pass; a point, then pass as a second all-ones plane.
+        ((9, 9), 82, 10, {(0, 1, 1): 1.0}),
+        ((9, 9), 82, 81, {(1, r, c): 1.0 for r in range(9) for c in range(9)}),
+    ],
+)
+def test_board_action_planes_by_hand(board, num_actions, action, expected):
+    """The dynamics sees the action drawn on the board (the paper's board-game encoding).
+
+    With no residual blocks and a 3x3 kernel that copies each action plane to
+    one output plane (centre tap 1, everything else 0), the min-max normalised
+    next hidden state is exactly the action planes, which are written out here.
+    """
+    channels = 4
+    cfg = ResNetConfig(channels=channels, num_blocks=0, downsample=False, action_planes="board")
+    nets = make_networks(cfg, num_actions=num_actions, value_bins=5, reward_bins=3)
+    obs = jax.random.normal(jax.random.key(0), (1,) + board + (2,))
+    params = nets.init(jax.random.key(1), obs)
+    w = np.zeros(params["dynamics_conv"]["w"].shape, np.float32)
+    num_planes = w.shape[2] - channels
+    assert num_planes == (2 if num_actions == board[0] * board[1] + 1 else 1)
+    for p in range(num_planes):
+        w[1, 1, channels + p, p] = 1.0
+    params = {**params, "dynamics_conv": {"w": jnp.asarray(w),
+                                          "b": jnp.zeros_like(params["dynamics_conv"]["b"])}}
+    hidden = nets.representation(params, obs)
+    nxt, _ = nets.dynamics(params, hidden, jnp.array([action]))
+    want = np.zeros(board + (channels,), np.float32)
+    for (p, r, c), v in expected.items():
+        want[r, c, p] = v
+    np.testing.assert_allclose(nxt[0], want, atol=1e-6)
+    # The default encoding differs: one constant plane per action.
+    const = make_networks(dataclasses.replace(cfg, action_planes="constant"),
+                          num_actions=num_actions, value_bins=5, reward_bins=3)
+    assert const.init(jax.random.key(1), obs)["dynamics_conv"]["w"].shape[2] == channels + num_actions
+
+
+def test_board_action_planes_refusals():
+    with pytest.raises(ValueError, match="downsample=False"):
+        ResNetConfig(downsample=True, action_planes="board")
+    with pytest.raises(ValueError, match="'constant' or 'board'"):
+        ResNetConfig(downsample=False, action_planes="cells")
+    cfg = ResNetConfig(channels=4, num_blocks=0, downsample=False, action_planes="board")
+    nets = make_networks(cfg, num_actions=5, value_bins=5, reward_bins=3)
+    with pytest.raises(ValueError, match="cannot draw 5 actions on a 3x3 board"):
+        nets.init(jax.random.key(0), jnp.zeros((1, 3, 3, 2)))

@@ -11,7 +11,9 @@
 - `search`: simulations/s of the built-in searches and raw mctx policies
   (`muzero_jax.bench.search`).
 - `e2e`: environment steps/s of whole training iterations (acting with search,
-  replay, learning at the preset's replay ratio) per environment; with
+  replay, learning at the preset's replay ratio) per environment, with the
+  games (episodes) finished per second and the self-play search's
+  simulations per second; with
   `--solve-seeds 0,1,2`, also the wall time (compile included), environment
   steps and updates each seed needs to reach the solved threshold
   (`muzero_jax.bench.solve`).
@@ -193,12 +195,13 @@ def run_e2e(*, envs: Sequence[str], iterations: int, overrides: dict[str, Any],
         while not bool(metrics.learned) and warm < 1000:
             state, metrics = trainer.iteration(state)
             warm += 1
-        times = []
+        times, games = [], 0.0
         for _ in range(iterations):
             t0 = time.perf_counter()
             state, metrics = trainer.iteration(state)
             jax.block_until_ready(metrics)
             times.append(time.perf_counter() - t0)
+            games += float(metrics.episode_count)
         summary = _summary(times, config.env_steps_per_iteration)
         rows.append({
             "bench": "e2e", "env": env, "num_envs": config.num_envs,
@@ -212,6 +215,10 @@ def run_e2e(*, envs: Sequence[str], iterations: int, overrides: dict[str, Any],
             "learner_samples_per_s": summary["per_s"] * config.updates_per_iteration
             * config.batch_size / config.env_steps_per_iteration,
             "iteration_median_s": summary["median_s"],
+            # Episodes (games) finished, over the total timed time; and the
+            # self-play search's simulations (one search per env step).
+            "games": games, "timed_s": sum(times), "games_per_s": games / sum(times),
+            "search_simulations_per_s": summary["per_s"] * config.num_simulations,
         })
     return rows
 
@@ -379,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 overrides=dict(overrides, num_devices=count))
             print(_table(rows, ("env", "num_devices", "env_steps_per_s", "env_steps_per_s_min",
                                 "env_steps_per_s_max", "learner_samples_per_s",
+                                "games_per_s", "search_simulations_per_s",
                                 "first_iteration_s")))
             if args.solve_seeds:
                 from muzero_jax.bench.solve import THRESHOLDS, solve, table
