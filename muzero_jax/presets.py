@@ -134,9 +134,9 @@ PRESETS: dict[str, Config] = {
         # The only reward is the winning move (~4 % of rows): weighting it and
         # a conv stem took 0.37 -> ~0.6 of immediate wins (README).
         reward_loss_weight=10.0,
-        # EfficientZero's consistency loss: at 1,800 s, in two seeds each with
-        # and without it, it took more immediate wins (0.80 / 0.67 against
-        # 0.59 / 0.59) at ~25 % fewer env steps/s (README).
+        # EfficientZero's consistency loss: at 1,800 s it took more immediate
+        # wins on average (0.80 / 0.67 / 0.53 in three seeds, against 0.59 /
+        # 0.59 in two without) at ~25 % fewer env steps/s; weak evidence (README).
         consistency_loss_weight=2.0,
         value_support_size=6,
         reward_support_size=2,

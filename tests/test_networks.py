@@ -235,7 +235,8 @@ def test_board_action_planes_by_hand(board, num_actions, action, expected):
     # The default encoding differs: one constant plane per action.
     const = make_networks(dataclasses.replace(cfg, action_planes="constant"),
                           num_actions=num_actions, value_bins=5, reward_bins=3)
-    assert const.init(jax.random.key(1), obs)["dynamics_conv"]["w"].shape[2] == channels + num_actions
+    const_w = const.init(jax.random.key(1), obs)["dynamics_conv"]["w"]
+    assert const_w.shape[2] == channels + num_actions
 
 
 def test_board_action_planes_refusals():
