@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import chex
 import haiku as hk
@@ -145,7 +145,7 @@ class ResNetConfig:
     downsample: bool = True
     head_channels: int = 16
     head_hidden_sizes: tuple[int, ...] = (256,)
-    action_planes: str = "constant"
+    action_planes: Literal["constant", "board"] = "constant"
 
     def __post_init__(self):
         _check_positive("channels", self.channels)
