@@ -39,6 +39,19 @@ def test_unroll_mfu_against_a_given_peak(tmp_path):
     assert row["mfu"] == pytest.approx(row["model_flops_per_step"] / row["step_median_s"] / 0.5e12)
 
 
+def test_unroll_updates_per_call_scans_the_steps(tmp_path):
+    out = tmp_path / "unroll.json"
+    assert bench.main(["unroll", "--network", "resnet", "--unroll-steps", "1", "--batch-sizes",
+                       "4", "--repeats", "1", "--updates-per-call", "3",
+                       "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["updates_per_call"] == 3
+    # Three steps of 4 samples per timed call: step time is a third of the call's.
+    assert row["samples_per_s"] == pytest.approx(4 / row["step_median_s"])
+    assert row["model_flops_per_s"] == pytest.approx(
+        row["model_flops_per_step"] / row["step_median_s"])
+
+
 def test_matmul_flops_hand_counted():
     import jax
     import jax.numpy as jnp
@@ -126,6 +139,7 @@ def test_e2e_counts_environment_steps(tmp_path):
     [
         (["unroll", "--network", "transformer"], "--network must list"),
         (["unroll", "--batch-sizes", "0"], "positive integers"),
+        (["unroll", "--updates-per-call", "0"], "must be >= 1"),
         (["e2e", "--envs", "pong"], "unknown environment"),
         (["e2e", "--set", "[1]"], "JSON object"),
         (["e2e", "--set", '{"warp": 1}'], "unknown config field"),

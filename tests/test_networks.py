@@ -3,6 +3,7 @@
 import dataclasses
 
 import chex
+import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -248,3 +249,39 @@ def test_board_action_planes_refusals():
     nets = make_networks(cfg, num_actions=5, value_bins=5, reward_bins=3)
     with pytest.raises(ValueError, match="cannot draw 5 actions on a 3x3 board"):
         nets.init(jax.random.key(0), jnp.zeros((1, 3, 3, 2)))
+
+
+@pytest.mark.parametrize("kernel", [1, 3, 4])
+def test_same_conv_matches_xla_convolution_and_its_gradient(kernel):
+    from muzero_jax.networks import same_conv
+
+    kx, kw, kt = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.normal(kx, (3, 6, 7, 5))
+    w = jax.random.normal(kw, (kernel, kernel, 5, 4))
+    probe = jax.random.normal(kt, (3, 6, 7, 4))
+
+    def xla(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    np.testing.assert_allclose(same_conv(x, w), xla(x, w), rtol=1e-5, atol=1e-5)
+    # The hand-written backward pass against autodiff of XLA's convolution
+    # (an even kernel pads one more row/column after than before).
+    want = jax.grad(lambda x, w: jnp.sum(xla(x, w) * probe), (0, 1))(x, w)
+    got = jax.grad(lambda x, w: jnp.sum(same_conv(x, w) * probe), (0, 1))(x, w)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_module_has_haiku_conv2d_parameters_and_outputs():
+    from muzero_jax.networks import _Conv2D
+
+    x = jax.random.normal(jax.random.key(1), (2, 6, 7, 3))
+    ours = hk.transform(lambda x: _Conv2D(8, 3)(_Conv2D(8, 3)(x)))
+    theirs = hk.transform(lambda x: hk.Conv2D(8, 3)(hk.Conv2D(8, 3)(x)))
+    p_ours = ours.init(jax.random.key(0), x)
+    p_theirs = theirs.init(jax.random.key(0), x)
+    # Same names, shapes and initial values: old checkpoints and seeds carry over.
+    chex.assert_trees_all_equal(p_ours, p_theirs)
+    np.testing.assert_allclose(ours.apply(p_ours, None, x), theirs.apply(p_theirs, None, x),
+                               rtol=1e-5, atol=1e-5)

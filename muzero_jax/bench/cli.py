@@ -7,7 +7,8 @@
   backward, every unroll step), the FLOP/s achieved and, on a device with a
   known peak (or with `--peak-tflops`), the MFU. `flops_per_step` is XLA's
   `cost_analysis` count, kept for reference: it counts a loop body once, so it
-  hardly grows with K.
+  hardly grows with K. `--updates-per-call U` runs U steps per call in a
+  `lax.scan`, as a training iteration does, and reports per-step figures.
 - `search`: simulations/s of the built-in searches and raw mctx policies
   (`muzero_jax.bench.search`).
 - `e2e`: environment steps/s of whole training iterations (acting with search,
@@ -97,10 +98,14 @@ def _random_batch(rng: np.random.Generator, obs_shape, num_actions: int, batch: 
 def run_unroll(
     *, env: str, networks: Sequence[str], unroll_steps: Sequence[int],
     batch_sizes: Sequence[int], repeats: int, seed: int = 0,
-    peak_flops_per_s: float | None = None,
+    peak_flops_per_s: float | None = None, updates_per_call: int = 1,
 ) -> list[dict[str, Any]]:
     """Learner samples/s (a sample = one sequence of K unroll steps) per setting.
 
+    `updates_per_call`: learner steps per timed call; above 1 they run in a
+    `lax.scan`, as a training iteration runs its updates, so the figure is the
+    one training sees (on XLA:CPU a step inside a loop can compile to slower
+    code than the same step alone).
     `peak_flops_per_s`: the device's peak for the MFU column (None: looked up
     from the device kind in `muzero_jax.bench.flops.PEAK_TFLOPS`; no MFU when
     unknown, e.g. on CPU).
@@ -145,8 +150,14 @@ def run_unroll(
                     updates, opt_state = optimizer.update(grads, opt_state, params)
                     return optax.apply_updates(params, updates), opt_state
 
+                def call(params, opt_state, data, step=step):
+                    if updates_per_call == 1:
+                        return step(params, opt_state, data)
+                    return jax.lax.scan(lambda carry, _: (step(*carry, data), None),
+                                        (params, opt_state), None, length=updates_per_call)[0]
+
                 t0 = time.perf_counter()
-                compiled = jax.jit(step).lower(params, opt_state, data).compile()
+                compiled = jax.jit(call).lower(params, opt_state, data).compile()
                 compile_s = time.perf_counter() - t0
                 cost = compiled.cost_analysis()
                 cost = cost[0] if isinstance(cost, list) else cost
@@ -155,22 +166,24 @@ def run_unroll(
                 data_dev = jax.device_put(data)
                 _, times = time_calls(lambda c=compiled, p=params, o=opt_state, d=data_dev:
                                       c(p, o, d), repeats)
-                summary = _summary(times, batch)
+                summary = _summary(times, batch * updates_per_call)
+                step_s = summary["median_s"] / updates_per_call
                 rows.append({
                     "bench": "unroll", "env": env, "network": network, "unroll_steps": k,
-                    "batch_size": batch, "repeats": repeats,
+                    "batch_size": batch, "updates_per_call": updates_per_call,
+                    "repeats": repeats,
                     "num_params": int(sum(x.size for x in jax.tree.leaves(params))),
                     "compile_s": compile_s, "flops_per_step": flops,
                     "samples_per_s": summary["per_s"],
                     "samples_per_s_min": summary["per_s_min"],
                     "samples_per_s_max": summary["per_s_max"],
-                    "step_median_s": summary["median_s"],
-                    "achieved_flops_per_s": flops / summary["median_s"],
+                    "step_median_s": step_s,
+                    "achieved_flops_per_s": flops / step_s,
                     "model_flops_per_step": model_flops,
-                    "model_flops_per_s": model_flops / summary["median_s"],
+                    "model_flops_per_s": model_flops / step_s,
                     "device_kind": device_kind,
                     "peak_flops_per_s": peak,
-                    "mfu": model_flops / summary["median_s"] / peak if peak else None,
+                    "mfu": model_flops / step_s / peak if peak else None,
                 })
     return rows
 
@@ -287,6 +300,9 @@ def _parser() -> argparse.ArgumentParser:
     unroll.add_argument("--unroll-steps", type=_ints, default=[1, 5, 10], help="K values")
     unroll.add_argument("--batch-sizes", type=_ints, default=[64, 256, 1024])
     unroll.add_argument("--repeats", type=_positive, default=10)
+    unroll.add_argument("--updates-per-call", type=_positive, default=1,
+                        help="learner steps per timed call, in a lax.scan as in a training "
+                             "iteration (default 1: one step alone)")
     unroll.add_argument("--peak-tflops", type=_positive_float, default=None,
                         help="the device's peak TFLOP/s for the MFU column (default: "
                              "known GPUs/TPUs, see muzero_jax.bench.flops; none on CPU)")
@@ -342,7 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   f"got {args.network!r}")
             rows = run_unroll(env=args.env, networks=networks, unroll_steps=args.unroll_steps,
                               batch_sizes=args.batch_sizes, repeats=args.repeats,
-                              peak_flops_per_s=args.peak_tflops and args.peak_tflops * 1e12)
+                              peak_flops_per_s=args.peak_tflops and args.peak_tflops * 1e12,
+                              updates_per_call=args.updates_per_call)
             print(_table(rows, ("network", "unroll_steps", "batch_size", "samples_per_s",
                                 "samples_per_s_min", "samples_per_s_max", "compile_s",
                                 "model_flops_per_step", "mfu")))
