@@ -33,6 +33,7 @@ __all__ = [
     "Networks",
     "make_networks",
     "min_max_normalize",
+    "same_conv",
 ]
 
 Params = hk.Params
