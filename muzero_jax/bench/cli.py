@@ -360,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               batch_sizes=args.batch_sizes, repeats=args.repeats,
                               peak_flops_per_s=args.peak_tflops and args.peak_tflops * 1e12,
                               updates_per_call=args.updates_per_call)
-            print(_table(rows, ("network", "unroll_steps", "batch_size", "samples_per_s",
+            print(_table(rows, ("network", "unroll_steps", "batch_size", "updates_per_call",
+                                "samples_per_s",
                                 "samples_per_s_min", "samples_per_s_max", "compile_s",
                                 "model_flops_per_step", "mfu")))
         else:
