@@ -25,6 +25,9 @@ on the same positions instead of training.
 
 Writes `--out/ENV_seedS.json` (config, every evaluation, the first evaluation
 that met the target, machine and load) and prints one line per evaluation.
+With `--logdir DIR` it also saves the final state there as a run directory of
+`muzero-jax train` (`config.json`, `checkpoints/`), for `muzero-jax eval
+--logdir DIR`, `muzero-jax play --logdir DIR` and `muzero_jax.load_agent(DIR)`.
 """
 
 from __future__ import annotations
@@ -128,13 +131,21 @@ def _load() -> list[float] | None:
 
 
 def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games: int,
-        opponent: str, overrides: dict) -> dict:
+        opponent: str, overrides: dict, logdir: str | None = None,
+        env_kwargs: dict | None = None) -> dict:
+    """Trains, evaluating every `eval_every` iterations; with `logdir`, saves the
+    final state there as `muzero-jax train` does (`config.json`, `checkpoints/`),
+    so `muzero-jax eval` / `play` / `load_agent` take the trained agent.
+    `env_kwargs` build the self-play environment (`make_env(env, **env_kwargs)`);
+    evaluations play the standard game."""
     from muzero_jax.agent import Agent  # the CLI's agent (search from a batch of observations)
+    from muzero_jax.envs import make_env
 
     config = preset(env, seed=seed, **overrides)
     # Connect Four: also the share of immediate wins taken and forced blocks made.
     tactics = _connect_four_positions() if env == "connect_four" else None
-    trainer = make_train(config)
+    trainer = make_train(config, env=make_env(env, **env_kwargs) if env_kwargs else None)
+    eval_trainer = make_train(config) if env_kwargs else trainer
     state = trainer.init(jax.random.key(seed))
     evals, met_at = [], None
     train_s, eval_s, loads = 0.0, 0.0, [_load()]
@@ -148,7 +159,7 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
         if iteration % eval_every and train_s < max_seconds:
             continue
         t0 = time.perf_counter()
-        agent = Agent(config, trainer, state.params)
+        agent = Agent(config, eval_trainer, state.params)
         result = evaluate_against(agent, opponent, num_games=eval_games,
                                   rng_key=jax.random.key(10_000 + iteration))
         eval_s += time.perf_counter() - t0
@@ -173,6 +184,8 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
               f"{exact}{_fmt_tactics(row)}", flush=True)
         if met_target(env, result) and met_at is None:
             met_at = row
+    if logdir is not None:
+        _save(logdir, config, state, iteration, train_s, evals)
     return {
         "env": env,
         "seed": seed,
@@ -192,6 +205,23 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "config": config_to_dict(config),
     }
+
+
+def _save(logdir: str, config, state, iteration: int, train_s: float, evals: list) -> None:
+    """The final state as a run directory of `muzero-jax train`."""
+    from muzero_jax.checkpoint import Checkpointer
+    from muzero_jax.train import config_json
+
+    os.makedirs(logdir, exist_ok=True)
+    with open(os.path.join(logdir, "config.json"), "w") as f:
+        f.write(config_json(config))
+    checkpointer = Checkpointer(os.path.join(logdir, "checkpoints"))
+    try:
+        checkpointer.save(iteration, state, {"env_steps": int(state.counters.env_steps),
+                                             "wall_s": train_s, "board_games_evals": evals},
+                          config)
+    finally:
+        checkpointer.close()
 
 
 def _deterministic(config) -> bool:
@@ -251,6 +281,21 @@ def tactics_report(source: str, simulations: list[int]) -> list[dict]:
     return rows
 
 
+def random_baseline(env: str, games: int) -> dict:
+    """A random player against a random player, `games` per seat: the rates an
+    agent must beat to be better than random (Go's komi favours the second)."""
+    from muzero_jax.arena import outcome_rates, play_games, random_opponent
+    from muzero_jax.envs import make_env
+
+    seats = np.repeat(np.array([0, 1], np.int32), games)
+    random_fn = jax.jit(random_opponent)
+    results = play_games(random_fn, random_opponent, make_env(env), seats, jax.random.key(0))
+    row = {"env": env, "player": "random", "opponent": "random", "games_per_seat": games,
+           "as_first": outcome_rates(results[:games]), "as_second": outcome_rates(results[games:])}
+    print(json.dumps(row))
+    return row
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="tic_tac_toe", choices=sorted(OPPONENT))
@@ -262,21 +307,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--opponent", default=None, help="default: minimax / mcts / random")
     parser.add_argument("--set", default="{}", help="JSON config overrides")
     parser.add_argument("--out", default="experiments/results/board_games")
+    parser.add_argument("--env-kwargs", default="{}",
+                        help="JSON keyword arguments of the self-play environment, e.g. "
+                             "'{\"min_plies_before_pass\": 81}' for Go (evaluations play "
+                             "the standard game)")
+    parser.add_argument("--logdir", default=None,
+                        help="also save the final state here as a run directory "
+                             "(for muzero-jax eval / play / load_agent)")
     parser.add_argument("--tactics-of", default=None,
                         help="only score tactics (Connect Four): a run directory of "
                              "`muzero-jax train`, or mcts / mcts:N")
     parser.add_argument("--simulations", default="128",
                         help="with --tactics-of a run: comma-separated simulation counts")
+    parser.add_argument("--random-baseline", type=int, default=0, metavar="GAMES",
+                        help="only play random against random, GAMES per seat, and print "
+                             "the rates")
     args = parser.parse_args(argv)
+    if args.random_baseline:
+        random_baseline(args.env, args.random_baseline)
+        return
     if args.tactics_of:
         tactics_report(args.tactics_of, [int(n) for n in args.simulations.split(",")])
         return
     overrides = json.loads(args.set)
     result = run(args.env, seed=args.seed, max_seconds=args.max_seconds,
                  eval_every=args.eval_every, eval_games=args.eval_games,
-                 opponent=args.opponent or OPPONENT[args.env], overrides=overrides)
+                 opponent=args.opponent or OPPONENT[args.env], overrides=overrides,
+                 logdir=args.logdir, env_kwargs=json.loads(args.env_kwargs))
     if overrides:
         result["command"] += f" --set '{args.set}'"
+    if json.loads(args.env_kwargs):
+        result["command"] += f" --env-kwargs '{args.env_kwargs}'"
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{args.env}_seed{args.seed}.json")
     with open(path, "w") as f:

@@ -48,6 +48,8 @@ __all__ = [
     "make_mcts_opponent",
     "make_minimax_opponent",
     "make_opponent",
+    "match_env",
+    "outcome_rates",
     "random_opponent",
     "solve_tic_tac_toe",
     "tactical_positions",
@@ -282,13 +284,27 @@ def make_opponent(name: str, env: Environment) -> OpponentFn:
     raise ValueError(f"unknown opponent {name!r}; known: random, minimax, mcts, mcts:N")
 
 
-def _rates(results: np.ndarray) -> dict[str, float]:
+def outcome_rates(results: np.ndarray) -> dict[str, float]:
+    """`{"win", "draw", "loss"}` shares of `[G]` outcomes (+1, 0, -1)."""
     n = max(len(results), 1)
     return {
         "win": float(np.sum(results > 0) / n),
         "draw": float(np.sum(results == 0) / n),
         "loss": float(np.sum(results < 0) / n),
     }
+
+
+def match_env(agent: Any) -> Environment:
+    """The game an agent's matches are played in: its training environment, or,
+    when the run built that with `env_kwargs` (e.g. Go's
+    `min_plies_before_pass`, which shapes only self-play), the registered game
+    at its defaults."""
+    config = getattr(agent, "config", None)
+    if config is None or not config.parsed_env_kwargs():
+        return agent.env
+    from muzero_jax.envs import make_env
+
+    return make_env(config.env)
 
 
 def play_games(
@@ -363,7 +379,7 @@ def evaluate_against(
       ValueError: on a single-player environment, an unknown opponent or a
         non-positive `num_games`, before anything is compiled.
     """
-    env = agent.env
+    env = match_env(agent)
     if env.num_players != 2:
         raise ValueError(f"evaluate_against needs a two-player game; {env.name!r} has "
                          f"{env.num_players} player(s)")
@@ -378,8 +394,8 @@ def evaluate_against(
 
     seats = np.concatenate([np.zeros(num_games, np.int32), np.ones(num_games, np.int32)])
     results = play_games(agent_fn, opponent_fn, env, seats, rng_key)
-    first, second = _rates(results[:num_games]), _rates(results[num_games:])
-    overall = _rates(results)
+    first, second = outcome_rates(results[:num_games]), outcome_rates(results[num_games:])
+    overall = outcome_rates(results)
     return {
         "env": env.name,
         "opponent": opponent,

@@ -33,6 +33,11 @@ class Config:
     Attributes:
       env: environment name (see `muzero_jax.envs.ENV_NAMES`).
       seed: seed of every random number in the run.
+      env_kwargs: JSON object of keyword arguments for the training
+        environment (`make_env(env, **env_kwargs)`), e.g.
+        `{"min_plies_before_pass": 81}` for Go. Matches against opponents
+        (`muzero-jax eval --opponent`, `muzero-jax play`) play the registered
+        game at its defaults.
       num_envs: environments acting in parallel (split evenly across devices).
       rollout_length: environment steps per environment per iteration.
       max_env_steps: stop after this many environment steps (also sets the
@@ -108,6 +113,7 @@ class Config:
 
     env: str = "catch"
     seed: int = 0
+    env_kwargs: str = "{}"
     num_envs: int = 64
     rollout_length: int = 10
     max_env_steps: int = 200_000
@@ -203,6 +209,7 @@ class Config:
             raise ValueError(
                 f"exploration_plies must be an integer >= 0, got {self.exploration_plies!r}")
         self.parsed_search_kwargs()  # raises on malformed JSON
+        self.parsed_env_kwargs()
         if self.sequence_length > self.replay_capacity:
             raise ValueError(
                 f"replay_capacity={self.replay_capacity} cannot hold one sequence of "
@@ -260,6 +267,18 @@ class Config:
             raise ValueError(f"search_kwargs is not valid JSON: {e}") from e
         if not isinstance(parsed, dict):
             raise ValueError(f"search_kwargs must be a JSON object, got {self.search_kwargs!r}")
+        return parsed
+
+
+    def parsed_env_kwargs(self) -> dict[str, Any]:
+        """`env_kwargs` as a dict (a JSON object; empty text is `{}`)."""
+        text = self.env_kwargs.strip() or "{}"
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"env_kwargs is not valid JSON: {e}") from e
+        if not isinstance(parsed, dict):
+            raise ValueError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
         return parsed
 
 

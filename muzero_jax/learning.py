@@ -312,7 +312,12 @@ def make_train(
     """
     if isinstance(num_seeds, bool) or not isinstance(num_seeds, int) or num_seeds < 1:
         raise ValueError(f"num_seeds must be an integer >= 1, got {num_seeds!r}")
-    env = env if env is not None else make_env(config.env)
+    if env is None:
+        try:
+            env = make_env(config.env, **config.parsed_env_kwargs())
+        except TypeError as e:  # a keyword the environment's factory does not take
+            raise ValueError(f"env_kwargs {config.env_kwargs} do not fit {config.env!r}: {e}") \
+                from e
     if compiler_options is None:
         compiler_options = default_compiler_options()
     _check_compiler_options(compiler_options)

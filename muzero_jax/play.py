@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None,
         if args.num_simulations is not None and args.num_simulations < 1:
             raise _UsageError("muzero-jax play: --num-simulations must be >= 1")
         agent = _load_agent(args.logdir)
-        env = agent.env
+        from muzero_jax.arena import match_env
+
+        env = match_env(agent)
         if env.num_players != 2:
             raise _UsageError(f"muzero-jax play: {env.name!r} is not a two-player game; "
                               "play needs a board game run (tic_tac_toe, connect_four, go_9x9)")

@@ -28,6 +28,8 @@ def test_defaults_and_derived_values():
         ("replay_ratio", 0.0101, "whole number"),
         ("search_kwargs", "{bad json", "not valid JSON"),
         ("search_kwargs", "[1, 2]", "must be JSON or key=value"),
+        ("env_kwargs", "{bad json", "env_kwargs is not valid JSON"),
+        ("env_kwargs", "[1, 2]", "env_kwargs must be a JSON object"),
         ("temperature_schedule", ((0.5, 1.0), (0.2, 0.5)), "increasing"),
         ("network", "transformer", "network must be"),
         ("num_envs", 2.5, "must be an integer"),
@@ -45,6 +47,16 @@ def test_search_kwargs_forms():
     cfg = Config(search_kwargs="max_num_considered_actions=4,qtransform=x")
     parsed = cfg.parsed_search_kwargs()
     assert parsed == {"max_num_considered_actions": 4, "qtransform": "x"}
+
+
+def test_env_kwargs_build_the_training_environment():
+    from muzero_jax.learning import make_train
+
+    assert Config().parsed_env_kwargs() == {}
+    env = make_train(Config(env="catch", env_kwargs='{"rows": 6, "columns": 4}')).env
+    assert env.observation_shape[:2] == (6, 4)
+    with pytest.raises(ValueError, match="env_kwargs .* do not fit 'catch'"):
+        make_train(Config(env="catch", env_kwargs='{"bogus": 1}'))
 
 
 def test_round_trip_through_dict():

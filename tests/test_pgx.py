@@ -124,3 +124,57 @@ def test_go_9x9_tiny_training_runs():
     for _ in range(4):
         state, metrics = trainer.iteration(state)
     assert bool(metrics.finite) and bool(metrics.learned)
+
+
+def test_go_min_plies_before_pass_masks_only_an_early_pass():
+    plain, late = make_env("go_9x9"), make_env("go_9x9", min_plies_before_pass=2)
+    moves = [40, 41, 81, 81]
+    for ply, (a, b) in enumerate(zip(play(plain, moves), play(late, moves))):
+        mask_a, mask_b = np.asarray(a.legal_action_mask), np.asarray(b.legal_action_mask)
+        # Stones are as pgx offers them; pass is refused on plies 0 and 1 only.
+        np.testing.assert_array_equal(mask_a[:81], mask_b[:81])
+        assert bool(mask_a[81]) and bool(mask_b[81]) == (ply >= 2)
+        assert float(a.reward) == float(b.reward) and bool(a.last) == bool(b.last)
+    assert bool(b.last)  # the rules are pgx's: two passes still end the game
+
+
+@pytest.mark.parametrize("game, value", [("go_9x9", -1), ("go_9x9", 1.5), ("go_9x9", True),
+                                         ("connect_four", 5)])
+def test_min_plies_before_pass_refused(game, value):
+    with pytest.raises(ValueError, match="min_plies_before_pass"):
+        make_env(game, min_plies_before_pass=value)
+
+
+def test_go_score_reward_is_the_movers_area_margin():
+    plain, scored = make_env("go_9x9"), make_env("go_9x9", score_reward=True)
+    # Two passes on the empty board: white (the mover) wins by komi, 7.5 points.
+    assert float(play(plain, [81, 81])[2].reward) == 1.0
+    last = play(scored, [81, 81])[2]
+    assert bool(last.last) and float(last.reward) == pytest.approx(7.5 / 88.5)
+    assert float(reward_of_seat(last, 0)) == pytest.approx(-7.5 / 88.5)  # black's view
+    # One black stone owns the whole board: black (the mover) by 81 - 7.5.
+    moves = [40, 81, 81]
+    assert float(play(scored, moves)[3].reward) == pytest.approx(73.5 / 88.5)
+    assert all(float(t.reward) == 0.0 for t in play(scored, moves)[:3])
+    with pytest.raises(ValueError, match="score_reward is for Go"):
+        make_env("connect_four", score_reward=True)
+    with pytest.raises(ValueError, match="score_reward must be true or false"):
+        make_env("go_9x9", score_reward="yes")
+
+
+def test_go_env_kwargs_shape_self_play_but_matches_play_the_real_game():
+    import dataclasses
+
+    from muzero_jax.agent import Agent
+    from muzero_jax.arena import match_env
+    from muzero_jax.learning import make_train
+
+    config = dataclasses.replace(_tiny_go_config(), env_kwargs='{"min_plies_before_pass": 81}')
+    trainer = make_train(config)
+    _, ts = trainer.env.reset(jax.random.key(0))
+    assert not bool(ts.legal_action_mask[81])  # self-play: no pass before ply 81
+    agent = Agent(config, trainer, params=None)
+    _, ts = match_env(agent).reset(jax.random.key(0))
+    assert bool(ts.legal_action_mask[81]) and bool(ts.legal_action_mask.all())
+    plain = Agent(_tiny_go_config(), make_train(_tiny_go_config()), params=None)
+    assert match_env(plain) is plain.env

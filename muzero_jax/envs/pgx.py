@@ -13,7 +13,8 @@ Conventions (see `base.TimeStep`):
   (channel 0: the mover's stones, channel 1: the opponent's; Go adds history and
   a colour plane), as float32.
 * `reward` is the mover's: +1 when the move just made won, -1 when it lost, 0
-  otherwise (a draw, or a game still running). Two-player values follow, from
+  otherwise (a draw, or a game still running); with Go's `score_reward`, the
+  mover's area-score margin at the end. Two-player values follow, from
   the point of view of the player to move, with mctx's `discount = -1`.
 * An illegal action loses at once (pgx's rule: reward -1 to the mover); the
   search masks illegal actions, so agents never take one.
@@ -72,17 +73,52 @@ def seat(state: PgxState) -> chex.Array:
     return (state.game.current_player != state.first_player).astype(jnp.int32)
 
 
-def make_pgx(game: str) -> Environment:
+def make_pgx(game: str, *, min_plies_before_pass: int = 0,
+             score_reward: bool = False) -> Environment:
     """Builds an auto-resetting `Environment` around a pgx board game.
 
     Args:
       game: one of `PGX_GAMES` (`"tic_tac_toe"`, `"connect_four"`, `"go_9x9"`).
+      min_plies_before_pass: Go only. When > 0, the legal-action mask offers
+        pass only from this ply on (or when no other move is legal), so agents
+        acting on the mask (self-play, the search) do not pass before it, as
+        Leela Zero's `--nopassbefore`; the rules themselves are pgx's. Early
+        in training a Go agent can settle on passing at once: with komi the
+        first player then loses whatever it does, its values are all -1 and
+        nothing teaches it to play on (README, Go 9x9).
+      score_reward: Go only. The final reward is the mover's score margin
+        under pgx's area scoring, `(own - opponent -+ komi) / (size**2 +
+        komi)` (in [-1, 1]), instead of +-1 for the win: a value that keeps
+        telling better positions from worse ones when one side loses nearly
+        every game. A superko loss stays -1. The winner is the same.
 
     Returns:
       An `Environment` named `game` with `num_players=2`; its state is
       `(PgxState, last, rng_key)` (see `base.wrap_reset`).
+
+    Raises:
+      ValueError: an unsupported game, or `min_plies_before_pass` that is
+        negative, not an integer, or given for a game without a pass.
     """
     env = pgx_game(game)
+    if isinstance(min_plies_before_pass, bool) or not isinstance(min_plies_before_pass, int) \
+            or min_plies_before_pass < 0:
+        raise ValueError(f"min_plies_before_pass must be an integer >= 0, "
+                         f"got {min_plies_before_pass!r}")
+    if min_plies_before_pass and not game.startswith("go_"):
+        raise ValueError(f"min_plies_before_pass is for Go; {game!r} has no pass")
+    if not isinstance(score_reward, bool):
+        raise ValueError(f"score_reward must be true or false, got {score_reward!r}")
+    if score_reward and not game.startswith("go_"):
+        raise ValueError(f"score_reward is for Go; {game!r} has no score")
+
+    def legal_actions(g) -> chex.Array:
+        mask = g.legal_action_mask
+        if not min_plies_before_pass:
+            return mask
+        # pgx's pass is the last action; its `_step_count` counts the plies played.
+        allow = (g._step_count >= min_plies_before_pass) | ~jnp.any(mask[:-1])
+        return mask.at[-1].set(mask[-1] & allow)
 
     def timestep(state: PgxState, reward, first) -> TimeStep:
         g = state.game
@@ -92,7 +128,7 @@ def make_pgx(game: str) -> Environment:
             first=first,
             terminated=g.terminated,
             truncated=g.truncated,
-            legal_action_mask=g.legal_action_mask,
+            legal_action_mask=legal_actions(g),
             to_play=seat(state),
         )
 
@@ -107,7 +143,11 @@ def make_pgx(game: str) -> Environment:
         mover = state.game.current_player
         g = env.step(state.game, jnp.asarray(action, jnp.int32))
         new_state = PgxState(game=g, first_player=state.first_player)
-        return new_state, timestep(new_state, g.rewards[mover], False)
+        reward = g.rewards[mover]
+        if score_reward:
+            reward = jnp.where(g.terminated & ~g._x.is_psk,
+                               _go_margin(env, g._x, state.game._x.color), reward)
+        return new_state, timestep(new_state, reward, False)
 
     return Environment(
         name=game,
@@ -119,6 +159,17 @@ def make_pgx(game: str) -> Environment:
         step=auto_reset(reset, step),
         reward_range=(-1.0, 1.0),
     )
+
+
+def _go_margin(env, x, color: chex.Array) -> chex.Array:
+    """Area-score margin of `color` (0 black, 1 white) on pgx Go state `x`, komi
+    included, divided by `size**2 + komi`."""
+    from pgx._src.games.go import _count_scores  # pgx's own area count (pgx 2.x)
+
+    game = env._game
+    black, white = _count_scores(x, game.size)
+    black_margin = (black - white - game.komi) / (game.size ** 2 + game.komi)
+    return jnp.where(color == 0, black_margin, -black_margin).astype(jnp.float32)
 
 
 def game_state(env_state) -> PgxState:
