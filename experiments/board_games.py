@@ -23,6 +23,13 @@ blocks it makes (`muzero_jax.arena.tactics_score`; MCTS-200 scores 1.00 and
 `--tactics-of RUN --simulations 1,16,128` scores a run of `muzero-jax train`
 on the same positions instead of training.
 
+Go: `--env-kwargs '{"min_plies_before_pass": 81, "score_reward": true}'`
+builds the self-play environment with those options (`muzero_jax.envs.pgx`;
+evaluations play the standard game); `--random-baseline 1000` prints random
+against random (1,000 games per seat), the rates to beat; `--pass-report RUN
+--simulations 32 --eval-games 50` prints how often a run's agent passes
+against random.
+
 Writes `--out/ENV_seedS.json` (config, every evaluation, the first evaluation
 that met the target, machine and load) and prints one line per evaluation.
 With `--logdir DIR` it also saves the final state there as a run directory of
@@ -296,6 +303,56 @@ def random_baseline(env: str, games: int) -> dict:
     return row
 
 
+def pass_report(logdir: str, simulations: int, games: int) -> dict:
+    """Go: how often a trained run's agent passes against random, per seat.
+
+    Plays `games` games per seat (the standard game, the agent searching with
+    `simulations`); returns and prints the win rates, the share of the
+    agent's moves that were passes, the mean game length, and the agent's mean
+    search value on its first move.
+    """
+    from muzero_jax import load_agent
+    from muzero_jax.arena import match_env, random_opponent
+    from muzero_jax.envs.pgx import reward_of_seat
+
+    agent = load_agent(logdir)
+    env = match_env(agent)
+    pass_action = env.num_actions - 1
+    seats = np.repeat(np.array([0, 1], np.int32), games)
+    key = jax.random.key(1)
+    state, ts = jax.jit(jax.vmap(env.reset))(jax.random.split(key, 2 * games))
+    step, opponent = jax.jit(jax.vmap(env.step)), jax.jit(random_opponent)
+    done, results = np.zeros(2 * games, bool), np.zeros(2 * games)
+    passes, moves, length = np.zeros(2 * games), np.zeros(2 * games), np.zeros(2 * games)
+    first_value = np.full(2 * games, np.nan)
+    for _ in range(env.max_episode_steps):
+        key, k1, k2 = jax.random.split(key, 3)
+        turn = np.asarray(ts.to_play) == seats
+        out = agent.search(ts.observation, ts.legal_action_mask, num_simulations=simulations,
+                           rng=k1)
+        action = np.where(turn, np.asarray(out.action), np.asarray(opponent(state, ts, k2)))
+        mine = turn & ~done
+        first_value = np.where(mine & np.isnan(first_value), np.asarray(out.value), first_value)
+        passes += mine & (action == pass_action)
+        moves += mine
+        length += ~done
+        state, ts = step(state, jnp.asarray(action, jnp.int32))
+        finished = np.asarray(ts.last) & ~done
+        results = np.where(finished, np.asarray(reward_of_seat(ts, seats)), results)
+        done |= np.asarray(ts.last)
+        if done.all():
+            break
+    row = {"run": logdir, "step": agent.step, "simulations": simulations, "games_per_seat": games}
+    for seat, name in enumerate(("as_first", "as_second")):
+        m = seats == seat
+        row[name] = {"win": float(np.mean(results[m] > 0)),
+                     "pass_share": float(passes[m].sum() / max(moves[m].sum(), 1)),
+                     "mean_length": float(length[m].mean()),
+                     "first_move_value": float(np.nanmean(first_value[m]))}
+    print(json.dumps(row))
+    return row
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="tic_tac_toe", choices=sorted(OPPONENT))
@@ -322,7 +379,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--random-baseline", type=int, default=0, metavar="GAMES",
                         help="only play random against random, GAMES per seat, and print "
                              "the rates")
+    parser.add_argument("--pass-report", default=None, metavar="RUN",
+                        help="only play a Go run's agent (--logdir of this script or "
+                             "muzero-jax train) against random, --eval-games per seat, "
+                             "with the first of --simulations, and print how often it passes")
     args = parser.parse_args(argv)
+    if args.pass_report:
+        pass_report(args.pass_report, int(args.simulations.split(",")[0]), args.eval_games)
+        return
     if args.random_baseline:
         random_baseline(args.env, args.random_baseline)
         return
