@@ -269,7 +269,6 @@ class Config:
             raise ValueError(f"search_kwargs must be a JSON object, got {self.search_kwargs!r}")
         return parsed
 
-
     def parsed_env_kwargs(self) -> dict[str, Any]:
         """`env_kwargs` as a dict (a JSON object; empty text is `{}`)."""
         text = self.env_kwargs.strip() or "{}"

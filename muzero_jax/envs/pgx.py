@@ -97,8 +97,9 @@ def make_pgx(game: str, *, min_plies_before_pass: int = 0,
       `(PgxState, last, rng_key)` (see `base.wrap_reset`).
 
     Raises:
-      ValueError: an unsupported game, or `min_plies_before_pass` that is
-        negative, not an integer, or given for a game without a pass.
+      ValueError: an unsupported game, a `min_plies_before_pass` that is
+        negative or not an integer, a `score_reward` that is not a bool, or
+        either option given for a game other than Go.
     """
     env = pgx_game(game)
     if isinstance(min_plies_before_pass, bool) or not isinstance(min_plies_before_pass, int) \
