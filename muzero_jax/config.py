@@ -261,24 +261,22 @@ class Config:
                 except json.JSONDecodeError:
                     out[key.strip()] = value.strip()
             return out
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"search_kwargs is not valid JSON: {e}") from e
-        if not isinstance(parsed, dict):
-            raise ValueError(f"search_kwargs must be a JSON object, got {self.search_kwargs!r}")
-        return parsed
+        return _json_object("search_kwargs", text)
 
     def parsed_env_kwargs(self) -> dict[str, Any]:
         """`env_kwargs` as a dict (a JSON object; empty text is `{}`)."""
-        text = self.env_kwargs.strip() or "{}"
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"env_kwargs is not valid JSON: {e}") from e
-        if not isinstance(parsed, dict):
-            raise ValueError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
-        return parsed
+        return _json_object("env_kwargs", self.env_kwargs.strip() or "{}")
+
+
+def _json_object(name: str, text: str) -> dict[str, Any]:
+    """`text` parsed as a JSON object; a ValueError naming field `name` otherwise."""
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name} is not valid JSON: {e}") from e
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{name} must be a JSON object, got {text!r}")
+    return parsed
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
