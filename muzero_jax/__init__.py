@@ -20,6 +20,7 @@ from muzero_jax.search import (
     make_root_fn,
     resolve_search,
 )
+from muzero_jax.symmetries import Symmetries, augment_batch, board_symmetries
 from muzero_jax.value_transforms import DiscreteSupport, h_inverse, h_transform, make_support
 
 __version__ = "0.1.0"
@@ -48,6 +49,9 @@ __all__ = [
     "Networks",
     "ResNetConfig",
     "SearchFn",
+    "Symmetries",
+    "augment_batch",
+    "board_symmetries",
     "h_inverse",
     "h_transform",
     "load_agent",

@@ -61,6 +61,11 @@ class Config:
         gets `consistency_loss_weight=` and the batch `next_observation`, so
         a custom `loss_fn` must accept them.
       consistency_projection_size: width of those heads.
+      augment_symmetries: train on each sampled example moved by a random
+        symmetry of the board (AlphaGo Zero's augmentation: Connect Four's
+        mirror, the square's eight for TicTacToe and Go): observations,
+        actions and policy targets move together, values and rewards stay.
+        Needs an environment with `symmetries` (the pgx games).
       value_target: "target_network" bootstraps from a target network's value
         at the bootstrap state (MuZero Reanalyze); "search" from the search
         value stored when acting (the original paper).
@@ -131,6 +136,7 @@ class Config:
     reward_loss_weight: float = 1.0
     consistency_loss_weight: float = 0.0
     consistency_projection_size: int = 128
+    augment_symmetries: bool = False
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
     target_ema: float = 0.0
@@ -204,6 +210,9 @@ class Config:
                 "temperature_schedule must be (fraction, temperature) pairs with increasing "
                 f"fractions and temperatures >= 0, got {self.temperature_schedule!r}"
             )
+        if not isinstance(self.augment_symmetries, bool):
+            raise ValueError(
+                f"augment_symmetries must be true or false, got {self.augment_symmetries!r}")
         if (isinstance(self.exploration_plies, bool) or not isinstance(self.exploration_plies, int)
                 or self.exploration_plies < 0):
             raise ValueError(

@@ -50,6 +50,7 @@ from muzero_jax.search import (
     make_root_fn,
     resolve_search,
 )
+from muzero_jax.symmetries import augment_batch
 from muzero_jax.targets import make_targets
 from muzero_jax.value_transforms import DiscreteSupport, make_support
 
@@ -342,6 +343,10 @@ def make_train(
             )
     local_envs = config.num_envs // num_devices
     local_batch = config.batch_size // num_devices
+    if config.augment_symmetries and env.symmetries is None:
+        raise ValueError(
+            f"augment_symmetries is set, but the environment {env.name!r} has no symmetries "
+            "(the pgx board games have them)")
     two_player = env.num_players == 2
     signed_discount = -config.discount if two_player else config.discount
 
@@ -435,7 +440,10 @@ def make_train(
         beta = config.priority_beta_start + progress * (
             config.priority_beta_end - config.priority_beta_start
         )
-        sample = buffer.sample(replay, rng_key, beta)
+        sample_key = rng_key  # split only when augmenting: other runs stay bit-identical
+        if config.augment_symmetries:
+            sample_key, augment_key = jax.random.split(rng_key)
+        sample = buffer.sample(replay, sample_key, beta)
         seqs = sample.sequences
         boot = jax.lax.stop_gradient(bootstrap_values(target_params, seqs))
         targets = jax.vmap(
@@ -454,6 +462,8 @@ def make_train(
             importance_weight=sample.weights,
             next_observation=seqs.observation[:, 1:k + 1] if consistency else None,
         )
+        if config.augment_symmetries:
+            batch = augment_batch(batch, env.symmetries, augment_key)
         params, opt_state, grad_norm, metrics = learner_step(params, opt_state, batch)
         updates = updates + 1
         if config.target_ema > 0:

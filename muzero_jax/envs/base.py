@@ -23,6 +23,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from muzero_jax.symmetries import Symmetries
+
 EnvState = Any
 """The environment's own pytree state (opaque to the rest of the library)."""
 
@@ -74,6 +76,8 @@ class Environment:
         `last` timestep (see the module docstring). Randomness, if any, is
         carried in the state.
       reward_range: `(min, max)` of a single reward, for support sizing.
+      symmetries: the game's board symmetries (`muzero_jax.symmetries`), for
+        `Config.augment_symmetries`; None when it has none to offer.
     """
 
     name: str
@@ -84,6 +88,7 @@ class Environment:
     reset: ResetFn
     step: StepFn
     reward_range: tuple[float, float] = (-1.0, 1.0)
+    symmetries: Symmetries | None = None
 
 
 def make_timestep(

@@ -28,6 +28,7 @@ import chex
 import jax.numpy as jnp
 
 from muzero_jax.envs.base import Environment, TimeStep, auto_reset, make_timestep, wrap_reset
+from muzero_jax.symmetries import Symmetries, board_symmetries
 
 __all__ = ["PGX_GAMES", "PgxState", "make_pgx", "pgx_game"]
 
@@ -159,7 +160,19 @@ def make_pgx(game: str, *, min_plies_before_pass: int = 0,
         reset=wrap_reset(reset),
         step=auto_reset(reset, step),
         reward_range=(-1.0, 1.0),
+        symmetries=game_symmetries(game, tuple(env.observation_shape)),
     )
+
+
+def game_symmetries(game: str, observation_shape: tuple[int, ...]) -> Symmetries:
+    """The board symmetries of a supported game: Connect Four's left-right
+    mirror (actions are columns); the square's eight for TicTacToe and Go (actions
+    are points; Go's pass stays)."""
+    height, width, channels = observation_shape
+    if game == "connect_four":
+        return board_symmetries(height, width, channels, dihedral=False, actions="columns")
+    return board_symmetries(height, width, channels, dihedral=True, actions="cells",
+                            pass_action=game.startswith("go_"))
 
 
 def _go_margin(env, x, color: chex.Array) -> chex.Array:
@@ -188,5 +201,5 @@ def reward_of_seat(timestep: TimeStep, seat_index: chex.Array) -> chex.Array:
     return jnp.where(mover == seat_index, timestep.reward, -timestep.reward)
 
 
-__all__ += ["game_state", "reward_of_seat", "seat"]
+__all__ += ["game_state", "game_symmetries", "reward_of_seat", "seat"]
 

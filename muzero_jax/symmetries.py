@@ -1,0 +1,147 @@
+"""Board symmetries and the data augmentation built on them.
+
+A board game often maps onto itself under a mirror or a rotation: Connect
+Four under the left-right mirror, TicTacToe and Go under the eight symmetries
+of the square. Training on a sampled position transformed by a random one of
+them (AlphaGo Zero's augmentation) shows the network each position in every
+orientation at no extra self-play cost. Values and rewards are unchanged by a
+symmetry; observations, actions and policy targets are moved.
+
+A `Symmetries` is plain data (gather indices), so it rides on an
+`Environment` and is applied inside the compiled learner with one gather per
+array.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Symmetries", "augment_batch", "board_symmetries", "inverse_actions"]
+
+
+class Symmetries(NamedTuple):
+    """The symmetries of a game, as gather indices (tuples, so hashable).
+
+    Symmetry `s` (index 0 is the identity) maps
+
+    * an observation `o` to `o.reshape(-1)[observation_index[s]]` reshaped to
+      `o.shape`;
+    * a policy (or legal-action mask) `p` over the actions to
+      `p[action_index[s]]`: entry `a` of the moved policy is the original's
+      entry at the action that `s` moves onto `a`;
+    * an action `a` to `inverse_actions(symmetries)[s][a]`.
+
+    Attributes:
+      observation_index: `S` tuples of `prod(observation_shape)` ints.
+      action_index: `S` tuples of `num_actions` ints, each a permutation.
+    """
+
+    observation_index: tuple[tuple[int, ...], ...]
+    action_index: tuple[tuple[int, ...], ...]
+
+
+def inverse_actions(symmetries: Symmetries) -> np.ndarray:
+    """`[S, num_actions]` int32: row `s` maps an action to its image under `s`."""
+    return np.argsort(np.asarray(symmetries.action_index), axis=1).astype(np.int32)
+
+
+def _square_transforms(cells: np.ndarray, dihedral: bool) -> list[np.ndarray]:
+    """The images of a `[H, W]` array under the board's symmetries, identity first."""
+    if not dihedral:
+        return [cells, cells[:, ::-1]]
+    out = []
+    for flip in (False, True):
+        base = cells[:, ::-1] if flip else cells
+        out.extend(np.rot90(base, k) for k in range(4))
+    return out
+
+
+def board_symmetries(
+    height: int,
+    width: int,
+    channels: int,
+    *,
+    dihedral: bool,
+    actions: str,
+    pass_action: bool = False,
+) -> Symmetries:
+    """The symmetries of a `[height, width, channels]` board observation.
+
+    Args:
+      height, width, channels: the observation's shape (channels last).
+      dihedral: the eight symmetries of the square (needs `height == width`);
+        otherwise the identity and the left-right mirror.
+      actions: `"cells"` (action `r * width + c` is a point of the board) or
+        `"columns"` (action `c` is a column, as in Connect Four).
+      pass_action: one extra action after the board's (Go's pass), which every
+        symmetry leaves in place.
+
+    Returns:
+      The symmetries (identity first).
+
+    Raises:
+      ValueError: `dihedral` on a board that is not square, an `actions` other
+        than `"cells"` or `"columns"`, or a pass with column actions.
+    """
+    if dihedral and height != width:
+        raise ValueError(f"the eight symmetries of the square need a square board, "
+                         f"got {height}x{width}")
+    if actions not in ("cells", "columns"):
+        raise ValueError(f"actions must be 'cells' or 'columns', got {actions!r}")
+    if actions == "columns" and (dihedral or pass_action):
+        raise ValueError("column actions have only the left-right mirror and no pass")
+    cells = np.arange(height * width).reshape(height, width)
+    obs_index, act_index = [], []
+    for moved in _square_transforms(cells, dihedral):
+        source = moved.reshape(-1)  # the moved board's cell i is the original's cell source[i]
+        obs_index.append(tuple(int(i) for i in (source[:, None] * channels
+                                                + np.arange(channels)).reshape(-1)))
+        if actions == "columns":
+            acts = source[:width]  # row 0 of the moved board names the source columns
+        else:
+            acts = source
+        if pass_action:
+            acts = np.append(acts, acts.size)
+        act_index.append(tuple(int(a) for a in acts))
+    return Symmetries(tuple(obs_index), tuple(act_index))
+
+
+def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
+    """Moves each example of a `loss.LossBatch` by a random symmetry of its own.
+
+    The observation (and `next_observation` when present), the K actions and
+    the K+1 policy targets of an example all move by the same symmetry, drawn
+    uniformly (the identity included); values, rewards and masks stay.
+
+    Args:
+      batch: a `LossBatch` with `observation` `[B, *obs]`.
+      symmetries: the game's symmetries.
+      rng_key: the key that draws the `B` symmetries.
+
+    Returns:
+      The moved `LossBatch`.
+    """
+    obs_index = jnp.asarray(np.asarray(symmetries.observation_index, np.int32))
+    act_index = jnp.asarray(np.asarray(symmetries.action_index, np.int32))
+    act_map = jnp.asarray(inverse_actions(symmetries))
+    b = batch.observation.shape[0]
+    s = jax.random.randint(rng_key, (b,), 0, obs_index.shape[0])
+
+    def move_obs(obs, index):  # obs [..., *obs_shape] of one example
+        lead = obs.ndim - len(batch.observation.shape[1:])
+        flat = obs.reshape(obs.shape[:lead] + (-1,))
+        return jnp.take(flat, index, axis=-1).reshape(obs.shape)
+
+    observation = jax.vmap(move_obs)(batch.observation, obs_index[s])
+    next_observation = batch.next_observation
+    if next_observation is not None:
+        next_observation = jax.vmap(move_obs)(next_observation, obs_index[s])
+    actions = jnp.take_along_axis(act_map[s], batch.actions, axis=1)
+    policy = jnp.take_along_axis(batch.target_policy, act_index[s][:, None, :], axis=2)
+    return batch._replace(observation=observation, next_observation=next_observation,
+                          actions=actions.astype(batch.actions.dtype), target_policy=policy)

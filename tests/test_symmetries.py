@@ -1,0 +1,211 @@
+"""Board symmetries: against numpy's rotations, against the games' own rules
+(a moved game is the moved game), and the batch augmentation built on them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from muzero_jax.envs import make_env
+from muzero_jax.loss import LossBatch
+from muzero_jax.symmetries import augment_batch, board_symmetries, inverse_actions
+
+
+def _move(obs, symmetries, s):
+    return np.asarray(obs).reshape(-1)[list(symmetries.observation_index[s])].reshape(
+        np.shape(obs))
+
+
+def test_square_symmetries_are_numpys_rotations_and_flips():
+    sym = board_symmetries(3, 3, 2, dihedral=True, actions="cells")
+    obs = np.random.default_rng(0).normal(size=(3, 3, 2))
+    expected = [np.rot90(obs, k) for k in range(4)] + [np.rot90(obs[:, ::-1], k)
+                                                         for k in range(4)]
+    assert len(sym.observation_index) == 8
+    for s in range(8):
+        np.testing.assert_array_equal(_move(obs, sym, s), expected[s])
+    np.testing.assert_array_equal(sym.action_index[0], np.arange(9))  # identity first
+
+
+@pytest.mark.parametrize("shape,kwargs,num_actions", [
+    ((3, 3, 2), dict(dihedral=True, actions="cells"), 9),
+    ((9, 9, 17), dict(dihedral=True, actions="cells", pass_action=True), 82),
+    ((6, 7, 2), dict(dihedral=False, actions="columns"), 7),
+])
+def test_an_action_moves_where_its_stone_moves(shape, kwargs, num_actions):
+    """A stone put by action `a` (bottom row for columns) lands, after the
+    symmetry, where the moved action puts it; policies move by the same map."""
+    h, w, c = shape
+    sym = board_symmetries(h, w, c, **kwargs)
+    to_image = inverse_actions(sym)
+    for s in range(len(sym.action_index)):
+        assert sorted(sym.action_index[s]) == list(range(num_actions))
+        for a in range(h * w if kwargs["actions"] == "cells" else w):
+            def stone(action):
+                board = np.zeros(shape)
+                cell = divmod(action, w) if kwargs["actions"] == "cells" else (h - 1, action)
+                board[cell + (c - 1,)] = 1.0
+                return board
+            np.testing.assert_array_equal(_move(stone(a), sym, s), stone(to_image[s, a]))
+            policy = np.eye(num_actions)[a]
+            moved = policy[list(sym.action_index[s])]
+            assert moved[to_image[s, a]] == 1.0
+        if kwargs.get("pass_action"):
+            assert to_image[s, num_actions - 1] == num_actions - 1
+
+
+def test_refusals():
+    with pytest.raises(ValueError, match="square"):
+        board_symmetries(6, 7, 2, dihedral=True, actions="cells")
+    with pytest.raises(ValueError, match="cells"):
+        board_symmetries(3, 3, 2, dihedral=True, actions="rows")
+    with pytest.raises(ValueError, match="mirror"):
+        board_symmetries(6, 7, 2, dihedral=False, actions="columns", pass_action=True)
+
+
+@pytest.mark.parametrize("game,plies", [("tic_tac_toe", 9), ("connect_four", 42),
+                                        ("go_9x9", 40)])
+def test_a_moved_game_is_the_game_of_the_moved_moves(game, plies):
+    """Playing the moved actions from the same start gives the moved
+    observations and masks and the same rewards, at every ply, for each symmetry:
+    the pgx rules themselves confirm the symmetries."""
+    env = make_env(game)
+    sym = env.symmetries
+    to_image = jnp.asarray(inverse_actions(sym))
+    num = len(sym.action_index)
+
+    @jax.jit
+    def games(key):
+        key, reset_key = jax.random.split(key)
+        state, ts = env.reset(reset_key)
+        states = jax.tree.map(lambda x: jnp.stack([x] * num), state)
+        tss = jax.tree.map(lambda x: jnp.stack([x] * num), ts)
+
+        def body(carry, k):
+            states, tss = carry
+            mask = tss.legal_action_mask[0]  # the identity's game picks the move
+            a = jax.random.choice(k, env.num_actions, p=mask / mask.sum())
+            states, tss = jax.vmap(env.step)(states, to_image[:, a])
+            return (states, tss), tss
+
+        _, out = jax.lax.scan(body, (states, tss), jax.random.split(key, plies))
+        return out
+
+    out = jax.device_get(games(jax.random.key(3)))
+    for s in range(num):
+        for t in range(plies):
+            np.testing.assert_array_equal(out.observation[t, s],
+                                          _move(out.observation[t, 0], sym, s))
+            np.testing.assert_array_equal(out.legal_action_mask[t, s],
+                                          out.legal_action_mask[t, 0][list(sym.action_index[s])])
+        np.testing.assert_array_equal(out.reward[:, s], out.reward[:, 0])
+        np.testing.assert_array_equal(out.last[:, s], out.last[:, 0])
+    if game != "go_9x9":  # the games got to an end (and the auto-reset), not only openings
+        assert out.last.any() and np.abs(out.reward).sum() > 0
+
+
+def test_augment_batch_moves_each_example_as_one():
+    """Connect Four: each example is either unchanged or mirrored whole
+    (observations, next observations, actions 6 - a, policies reversed)."""
+    env = make_env("connect_four")
+    rng = np.random.default_rng(1)
+    b, k = 64, 3
+    policy = rng.dirichlet(np.ones(7), size=(b, k + 1)).astype(np.float32)
+    batch = LossBatch(
+        observation=jnp.asarray(rng.normal(size=(b, 6, 7, 2)), jnp.float32),
+        actions=jnp.asarray(rng.integers(0, 7, size=(b, k)), jnp.int32),
+        target_value=jnp.asarray(rng.normal(size=(b, k + 1)), jnp.float32),
+        target_reward=jnp.asarray(rng.normal(size=(b, k + 1)), jnp.float32),
+        target_policy=jnp.asarray(policy),
+        value_mask=jnp.ones((b, k + 1)), reward_mask=jnp.ones((b, k + 1)),
+        policy_mask=jnp.ones((b, k + 1)), importance_weight=jnp.ones((b,)),
+        next_observation=jnp.asarray(rng.normal(size=(b, k, 6, 7, 2)), jnp.float32),
+    )
+    out = jax.device_get(jax.jit(augment_batch, static_argnums=1)(
+        batch, env.symmetries, jax.random.key(0)))
+    mirrored = 0
+    for i in range(b):
+        flip = not np.array_equal(out.observation[i], batch.observation[i])
+        mirrored += flip
+        if flip:
+            np.testing.assert_array_equal(out.observation[i], batch.observation[i][:, ::-1])
+            np.testing.assert_array_equal(out.next_observation[i],
+                                          batch.next_observation[i][:, :, ::-1])
+            np.testing.assert_array_equal(out.actions[i], 6 - batch.actions[i])
+            np.testing.assert_array_equal(out.target_policy[i], batch.target_policy[i][:, ::-1])
+        else:
+            np.testing.assert_array_equal(out.next_observation[i], batch.next_observation[i])
+            np.testing.assert_array_equal(out.actions[i], batch.actions[i])
+            np.testing.assert_array_equal(out.target_policy[i], batch.target_policy[i])
+    assert 16 < mirrored < 48  # about half of 64 (fixed key: 0 or 64 would mean no draw)
+    for name in ("target_value", "target_reward", "value_mask", "importance_weight"):
+        np.testing.assert_array_equal(getattr(out, name), getattr(batch, name))
+
+
+def _tiny_tic_tac_toe(**overrides):
+    from muzero_jax.networks import MLPConfig
+    from muzero_jax.presets import preset
+
+    return dataclasses.replace(
+        preset("tic_tac_toe"), num_envs=8, rollout_length=4, batch_size=8, replay_ratio=0.25,
+        num_simulations=4, num_unroll_steps=2, td_steps=9, replay_capacity=32,
+        min_replay_steps=12, mlp=MLPConfig(hidden_sizes=(16,), latent_size=8,
+                                          head_hidden_sizes=(8,)), **overrides)
+
+
+def test_augmented_training_runs_and_changes_the_update():
+    from muzero_jax.learning import make_train
+
+    def params_after(augment):
+        trainer = make_train(_tiny_tic_tac_toe(augment_symmetries=augment))
+        state = trainer.init(jax.random.key(0))
+        for _ in range(3):
+            state, metrics = trainer.iteration(state)
+        assert bool(metrics.finite) and bool(metrics.learned)
+        return state.params
+
+    plain, augmented = params_after(False), params_after(True)
+    diff = jax.tree.leaves(jax.tree.map(lambda x, y: float(jnp.max(jnp.abs(x - y))),
+                                        plain, augmented))
+    assert max(diff) > 0  # same seed, same self-play start: only the augmentation differs
+
+
+def test_augmentation_needs_symmetries_and_a_bool():
+    from muzero_jax.learning import make_train
+    from muzero_jax.presets import preset
+
+    with pytest.raises(ValueError, match="no symmetries"):
+        make_train(preset("catch", augment_symmetries=True))
+    with pytest.raises(ValueError, match="augment_symmetries"):
+        preset("tic_tac_toe", augment_symmetries="yes")
+
+
+def test_augmented_actions_and_policies_follow_the_moved_board():
+    """TicTacToe: an example whose board holds one stone at the cell of its
+    action and of its policy's mass keeps all three on one cell after any of
+    the eight symmetries (rotations are not their own inverses, so a swapped
+    map would show here)."""
+    env = make_env("tic_tac_toe")
+    b = 64
+    cells = np.random.default_rng(2).integers(0, 9, size=b)
+    obs = np.zeros((b, 9, 2), np.float32)
+    obs[np.arange(b), cells, 0] = 1.0
+    policy = np.repeat(np.eye(9, dtype=np.float32)[cells][:, None], 3, axis=1)
+    batch = LossBatch(
+        observation=jnp.asarray(obs.reshape(b, 3, 3, 2)),
+        actions=jnp.asarray(np.stack([cells, cells], 1), jnp.int32),
+        target_value=jnp.zeros((b, 3)), target_reward=jnp.zeros((b, 3)),
+        target_policy=jnp.asarray(policy), value_mask=jnp.ones((b, 3)),
+        reward_mask=jnp.ones((b, 3)), policy_mask=jnp.ones((b, 3)),
+        importance_weight=jnp.ones((b,)),
+    )
+    out = jax.device_get(augment_batch(batch, env.symmetries, jax.random.key(5)))
+    stone = out.observation[..., 0].reshape(b, 9).argmax(axis=1)
+    np.testing.assert_array_equal(out.actions, np.stack([stone, stone], 1))
+    np.testing.assert_array_equal(out.target_policy.argmax(axis=2), np.stack([stone] * 3, 1))
+    moved = [i for i in range(b) if stone[i] != cells[i]]
+    assert len(moved) > b // 2  # most draws move a stone (only the centre never moves)
