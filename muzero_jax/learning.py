@@ -50,7 +50,7 @@ from muzero_jax.search import (
     make_root_fn,
     resolve_search,
 )
-from muzero_jax.symmetries import augment_batch
+from muzero_jax.symmetries import augment_batch, check_symmetries
 from muzero_jax.targets import make_targets
 from muzero_jax.value_transforms import DiscreteSupport, make_support
 
@@ -347,6 +347,8 @@ def make_train(
         raise ValueError(
             f"augment_symmetries is set, but the environment {env.name!r} has no symmetries "
             "(the pgx board games have them)")
+    if config.augment_symmetries:
+        check_symmetries(env.symmetries, env.observation_shape, env.num_actions)
     two_player = env.num_players == 2
     signed_discount = -config.discount if two_player else config.discount
 

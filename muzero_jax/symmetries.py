@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Symmetries", "augment_batch", "board_symmetries", "inverse_actions"]
+__all__ = ["Symmetries", "augment_batch", "board_symmetries", "check_symmetries",
+           "inverse_actions"]
 
 
 class Symmetries(NamedTuple):
@@ -48,6 +49,27 @@ class Symmetries(NamedTuple):
 def inverse_actions(symmetries: Symmetries) -> np.ndarray:
     """`[S, num_actions]` int32: row `s` maps an action to its image under `s`."""
     return np.argsort(np.asarray(symmetries.action_index), axis=1).astype(np.int32)
+
+
+def check_symmetries(symmetries: Symmetries, observation_shape: tuple[int, ...],
+                     num_actions: int) -> None:
+    """Raises ValueError, with the first thing wrong, when `symmetries` does
+    not fit an environment's observation shape and action count."""
+    obs_size = int(np.prod(observation_shape))
+    if len(symmetries.observation_index) != len(symmetries.action_index) \
+            or not symmetries.observation_index:
+        raise ValueError(f"symmetries need as many observation as action maps (at least one), "
+                         f"got {len(symmetries.observation_index)} and "
+                         f"{len(symmetries.action_index)}")
+    for s, (obs, act) in enumerate(zip(symmetries.observation_index,
+                                       symmetries.action_index)):
+        if sorted(obs) != list(range(obs_size)):
+            raise ValueError(f"symmetry {s}: observation_index must be a permutation of "
+                             f"range({obs_size}) for observations of shape "
+                             f"{tuple(observation_shape)}")
+        if sorted(act) != list(range(num_actions)):
+            raise ValueError(f"symmetry {s}: action_index must be a permutation of "
+                             f"range({num_actions})")
 
 
 def _square_transforms(cells: np.ndarray, dihedral: bool) -> list[np.ndarray]:

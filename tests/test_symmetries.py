@@ -12,7 +12,13 @@ import pytest
 
 from muzero_jax.envs import make_env
 from muzero_jax.loss import LossBatch
-from muzero_jax.symmetries import augment_batch, board_symmetries, inverse_actions
+from muzero_jax.symmetries import (
+    Symmetries,
+    augment_batch,
+    board_symmetries,
+    check_symmetries,
+    inverse_actions,
+)
 
 
 def _move(obs, symmetries, s):
@@ -209,3 +215,25 @@ def test_augmented_actions_and_policies_follow_the_moved_board():
     np.testing.assert_array_equal(out.target_policy.argmax(axis=2), np.stack([stone] * 3, 1))
     moved = [i for i in range(b) if stone[i] != cells[i]]
     assert len(moved) > b // 2  # most draws move a stone (only the centre never moves)
+
+
+def test_symmetries_that_do_not_fit_the_environment_are_refused_before_compiling():
+    from muzero_jax.learning import make_train
+    from muzero_jax.presets import preset
+
+    good = board_symmetries(3, 3, 2, dihedral=True, actions="cells")
+    check_symmetries(make_env("go_9x9").symmetries, (9, 9, 17), 82)  # the games' own fit
+    check_symmetries(make_env("connect_four").symmetries, (6, 7, 2), 7)
+    cases = [
+        (Symmetries(good.observation_index, good.action_index[:4]), "as many"),
+        (Symmetries(good.observation_index, tuple(a[:8] for a in good.action_index)),
+         "action_index"),
+        (Symmetries(tuple((0,) * 18 for _ in range(8)), good.action_index),
+         "observation_index"),
+    ]
+    for bad, match in cases:
+        with pytest.raises(ValueError, match=match):
+            check_symmetries(bad, (3, 3, 2), 9)
+    env = dataclasses.replace(make_env("tic_tac_toe"), symmetries=cases[1][0])
+    with pytest.raises(ValueError, match="permutation of range.9."):
+        make_train(preset("tic_tac_toe", augment_symmetries=True), env=env)
