@@ -343,11 +343,11 @@ def make_train(
             )
     local_envs = config.num_envs // num_devices
     local_batch = config.batch_size // num_devices
-    if config.augment_symmetries and env.symmetries is None:
-        raise ValueError(
-            f"augment_symmetries is set, but the environment {env.name!r} has no symmetries "
-            "(the pgx board games have them)")
     if config.augment_symmetries:
+        if env.symmetries is None:
+            raise ValueError(
+                f"augment_symmetries is set, but the environment {env.name!r} has no "
+                "symmetries (the pgx board games have them)")
         check_symmetries(env.symmetries, env.observation_shape, env.num_actions)
     two_player = env.num_players == 2
     signed_discount = -config.discount if two_player else config.discount
