@@ -114,6 +114,7 @@ def make_act_step(
     num_simulations: int,
     use_search_action: bool = False,
     exploration_plies: int = 0,
+    action_rewards: bool = False,
 ):
     """Returns `act_step(params, actor, rng_key, temperature) -> (actor, row, stats)`.
 
@@ -123,11 +124,18 @@ def make_act_step(
     Otherwise actions are sampled from `action_weights ** (1 / temperature)`.
     With `exploration_plies > 0` the temperature applies only to the first
     `exploration_plies` steps of each episode; later steps are greedy.
+    With `action_rewards`, each row also carries the reward every action
+    would have given (`Trajectory.action_rewards`): the environment is
+    stepped from the same state once per action and those states dropped.
 
     `row` is the `Trajectory` row (leaves `[B, ...]`) of the current timestep:
     its observation, the search's policy and root value, the action taken.
     """
     batched_step = jax.vmap(env.step)
+    # [B] states x [A] actions -> rewards [B, A] (the stepped states are dropped).
+    every_action_reward = jax.vmap(
+        jax.vmap(lambda state, a: env.step(state, a)[1].reward, in_axes=(None, 0)),
+        in_axes=(0, None))
 
     def act_step(params, actor: ActorState, rng_key, temperature):
         search_key, action_key = jax.random.split(rng_key)
@@ -160,6 +168,11 @@ def make_act_step(
             search_policy=out.action_weights.astype(jnp.float32),
             search_value=search_value.astype(jnp.float32),
         )
+        if action_rewards:
+            rewards = every_action_reward(
+                actor.env_state, jnp.arange(env.num_actions, dtype=jnp.int32))
+            legal = ts.legal_action_mask & ~ts.last[:, None]
+            row = row._replace(action_rewards=jnp.where(legal, rewards, 0.0).astype(jnp.float32))
         env_state, next_ts = batched_step(actor.env_state, action)
         # Returns from player 0's point of view: in two-player games the reward
         # is the mover's, i.e. player `to_play` of the previous timestep.

@@ -61,6 +61,23 @@ class Config:
         gets `consistency_loss_weight=` and the batch `next_observation`, so
         a custom `loss_fn` must accept them.
       consistency_projection_size: width of those heads.
+      action_reward_loss_weight: weight of a reward loss on every legal
+        action of each unrolled position, not only the one taken (0: off, as
+        in MuZero). While acting, the environment is stepped once more per
+        action from the same state (a pure JAX environment can be) to label
+        the reward each action would have given; the learner applies the
+        dynamics to every action and trains its reward head on those labels.
+        Search still plans only in the learned model. Beyond the paper: it
+        aims at games whose only reward is rare (a board game's winning
+        move), where one played action per row teaches the model little
+        about which moves win. When > 0 the loss gets
+        `action_reward_loss_weight=` and the batch `target_action_reward`
+        and `action_reward_mask`, so a custom `loss_fn` must accept them
+        (and `action_reward_steps=`).
+      action_reward_steps: how many of the K unroll steps that loss covers,
+        from the first (1..K; 1: the positions sampled, whose hidden state
+        comes from the representation). Each step costs one dynamics call on
+        batch * num_actions rows per update.
       augment_symmetries: train on each sampled example moved by a random
         symmetry of the board (AlphaGo Zero's augmentation: Connect Four's
         mirror, the square's eight for TicTacToe and Go): observations,
@@ -136,6 +153,8 @@ class Config:
     reward_loss_weight: float = 1.0
     consistency_loss_weight: float = 0.0
     consistency_projection_size: int = 128
+    action_reward_loss_weight: float = 0.0
+    action_reward_steps: int = 1
     augment_symmetries: bool = False
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
@@ -182,7 +201,8 @@ class Config:
         for name in ("learning_rate", "replay_ratio"):
             _positive(name, getattr(self, name), integer=False)
         for name in ("weight_decay", "max_grad_norm", "value_loss_weight",
-                     "reward_loss_weight", "consistency_loss_weight", "priority_alpha",
+                     "reward_loss_weight", "consistency_loss_weight",
+                     "action_reward_loss_weight", "priority_alpha",
                      "target_ema", "momentum"):
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
         if not 0.0 <= self.discount <= 1.0:
@@ -210,6 +230,12 @@ class Config:
                 "temperature_schedule must be (fraction, temperature) pairs with increasing "
                 f"fractions and temperatures >= 0, got {self.temperature_schedule!r}"
             )
+        if (isinstance(self.action_reward_steps, bool)
+                or not isinstance(self.action_reward_steps, int)
+                or not 1 <= self.action_reward_steps <= self.num_unroll_steps):
+            raise ValueError(
+                f"action_reward_steps must be an integer in [1, num_unroll_steps="
+                f"{self.num_unroll_steps}], got {self.action_reward_steps!r}")
         if not isinstance(self.augment_symmetries, bool):
             raise ValueError(
                 f"augment_symmetries must be true or false, got {self.augment_symmetries!r}")

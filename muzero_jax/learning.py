@@ -106,6 +106,7 @@ class IterationMetrics(NamedTuple):
     policy_entropy: chex.Array
     grad_norm: chex.Array
     consistency_loss: chex.Array
+    action_reward_loss: chex.Array
     learning_rate: chex.Array
     temperature: chex.Array
     learned: chex.Array
@@ -295,7 +296,10 @@ def make_train(
         value_loss_weight) -> (loss, LossMetrics)`), e.g. for ablations;
         with `config.reward_loss_weight != 1` it also gets
         `reward_loss_weight=`, and with `config.consistency_loss_weight > 0`
-        `consistency_loss_weight=` (its batch then has `next_observation`).
+        `consistency_loss_weight=` (its batch then has `next_observation`),
+        and with `config.action_reward_loss_weight > 0`
+        `action_reward_loss_weight=` and `action_reward_steps=` (its batch then has
+        `target_action_reward` and `action_reward_mask`).
       compiler_options: XLA options for compiling `iteration` and `evaluate`
         (default: `default_compiler_options()`).
       num_seeds: S > 1 runs S independent seeds in one program (`jax.vmap`
@@ -323,6 +327,7 @@ def make_train(
         compiler_options = default_compiler_options()
     _check_compiler_options(compiler_options)
     consistency = config.consistency_loss_weight > 0
+    action_reward = config.action_reward_loss_weight > 0
     # Loss weights beyond the paper's, passed only when set, so that custom
     # loss functions written to the documented signature keep working.
     extra_loss_kwargs = {}
@@ -330,6 +335,9 @@ def make_train(
         extra_loss_kwargs["reward_loss_weight"] = config.reward_loss_weight
     if consistency:
         extra_loss_kwargs["consistency_loss_weight"] = config.consistency_loss_weight
+    if action_reward:
+        extra_loss_kwargs["action_reward_loss_weight"] = config.action_reward_loss_weight
+        extra_loss_kwargs["action_reward_steps"] = config.action_reward_steps
     if loss_fn is not None:
         for name in extra_loss_kwargs:
             _check_accepts(loss_fn, name)
@@ -400,6 +408,7 @@ def make_train(
         env, root_fn, recurrent_fn, search_fn, num_simulations=config.num_simulations,
         use_search_action=config.act_with_search_action,
         exploration_plies=config.exploration_plies,
+        action_rewards=action_reward,
     )
     rollout = make_rollout(act_step, config.rollout_length)
     loss_fn = functools.partial(
@@ -464,6 +473,13 @@ def make_train(
             importance_weight=sample.weights,
             next_observation=seqs.observation[:, 1:k + 1] if consistency else None,
         )
+        if action_reward:
+            # Labels of the positions the K actions are taken from (rows 0..K-1),
+            # where the episode still runs and the action is legal.
+            batch = batch._replace(
+                target_action_reward=seqs.action_rewards[:, :k],
+                action_reward_mask=(targets.policy_mask[:, :k, None]
+                                    * seqs.legal_action_mask[:, :k].astype(jnp.float32)))
         if config.augment_symmetries:
             batch = augment_batch(batch, env.symmetries, augment_key)
         params, opt_state, grad_norm, metrics = learner_step(params, opt_state, batch)
@@ -482,6 +498,7 @@ def make_train(
             metrics.loss, metrics.value_loss, metrics.reward_loss, metrics.policy_loss,
             jnp.mean(metrics.value_error), metrics.policy_entropy, grad_norm,
             jnp.asarray(metrics.consistency_loss, jnp.float32),
+            jnp.asarray(metrics.action_reward_loss, jnp.float32),
         )
         return (params, target_params, opt_state, replay, updates), out
 
@@ -514,7 +531,7 @@ def make_train(
 
         def skip(operand):
             zero = jnp.zeros((), jnp.float32)
-            return operand, (zero,) * 8
+            return operand, (zero,) * 9
 
         operand = (state.params, state.target_params, state.opt_state, replay,
                    counters.updates)
@@ -524,7 +541,7 @@ def make_train(
         finite = jnp.all(jnp.asarray(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)] + [jnp.isfinite(outs[0])]
         ))
-        loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss = (
+        loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss, ar_loss = (
             jax.lax.pmean(o, AXIS) for o in outs
         )
         ep = jax.tree.map(lambda x: jax.lax.psum(x, AXIS), stats)
@@ -532,6 +549,7 @@ def make_train(
             loss=loss, value_loss=v_loss, reward_loss=r_loss, policy_loss=p_loss,
             value_error=v_err, policy_entropy=entropy, grad_norm=grad_norm,
             consistency_loss=c_loss,
+            action_reward_loss=ar_loss,
             learning_rate=jnp.asarray(lr_schedule(jnp.maximum(updates - 1, 0)), jnp.float32),
             temperature=temperature,
             learned=can_learn.astype(jnp.float32),
@@ -587,7 +605,7 @@ def make_train(
         def local_init(key):
             actor_key, rng = jax.random.split(key)
             actor = init_actor(env, actor_key, local_envs)
-            row = _example_row(env)
+            row = _example_row(env, action_reward)
             return buffer.init(row), actor, rng
 
         replay, actor, rngs = jax.vmap(local_init)(jax.random.split(device_key, num_devices))
@@ -644,7 +662,7 @@ def make_train(
     )
 
 
-def _example_row(env: Environment) -> Trajectory:
+def _example_row(env: Environment, action_rewards: bool = False) -> Trajectory:
     a = env.num_actions
     return Trajectory(
         observation=jnp.zeros(env.observation_shape, jnp.float32),
@@ -658,6 +676,7 @@ def _example_row(env: Environment) -> Trajectory:
         to_play=jnp.zeros((), jnp.int32),
         search_policy=jnp.zeros((a,), jnp.float32),
         search_value=jnp.zeros((), jnp.float32),
+        action_rewards=jnp.zeros((a,), jnp.float32) if action_rewards else None,
     )
 
 

@@ -52,6 +52,11 @@ class LossBatch(NamedTuple):
         the K actions (only the consistency loss reads it; None without it).
         Entry k-1 counts where `policy_mask[:, k-1]` is 1, i.e. where the
         action was taken inside the episode.
+      target_action_reward: `[B, K, A]` the reward each action would have
+        given from the position at step k (k = 0..K-1), from the simulator
+        (only the action-reward loss reads it; None without it).
+      action_reward_mask: `[B, K, A]` 1 where that label counts (legal
+        actions of positions inside the episode).
     """
 
     observation: chex.Array
@@ -64,6 +69,8 @@ class LossBatch(NamedTuple):
     policy_mask: chex.Array
     importance_weight: chex.Array
     next_observation: chex.Array | None = None
+    target_action_reward: chex.Array | None = None
+    action_reward_mask: chex.Array | None = None
 
 
 class LossMetrics(NamedTuple):
@@ -80,6 +87,9 @@ class LossMetrics(NamedTuple):
       predicted_value: `[B]` scalar value predicted at step 0 (for priorities).
       consistency_loss: negative cosine similarity of the consistency loss,
         summed over the K recurrent steps (unweighted; 0 when it is off).
+      action_reward_loss: reward cross-entropy averaged over the labelled
+        actions of a position, summed over the K recurrent steps
+        (unweighted; 0 when it is off).
     """
 
     loss: chex.Array
@@ -91,6 +101,7 @@ class LossMetrics(NamedTuple):
     policy_entropy: chex.Array
     predicted_value: chex.Array
     consistency_loss: chex.Array = 0.0
+    action_reward_loss: chex.Array = 0.0
 
 
 def _unit(x: chex.Array, eps: float = 1e-5) -> chex.Array:
@@ -112,6 +123,8 @@ def unrolled_loss(
     unroll: int | bool = True,
     reward_loss_weight: float = 1.0,
     consistency_loss_weight: float = 0.0,
+    action_reward_loss_weight: float = 0.0,
+    action_reward_steps: int | None = None,
 ) -> tuple[chex.Array, LossMetrics]:
     """MuZero's loss over K unroll steps, with the paper's gradient scaling.
 
@@ -122,7 +135,12 @@ def unrolled_loss(
     stop_gradient(projection(h(o_k))))`: EfficientZero's self-supervised
     consistency between the hidden state the dynamics reached and the
     representation of the observation actually reached (Ye et al., 2021; the
-    target branch uses the same parameters under `stop_gradient`). Each term
+    target branch uses the same parameters under `stop_gradient`), plus, for
+    `action_reward_loss_weight` > 0, `action_reward_loss_weight` times the
+    reward cross-entropy of the dynamics applied to *every* action from the
+    hidden state of step k - 1 (for k up to `action_reward_steps`), against the simulator's labels
+    `batch.target_action_reward[:, k - 1]`, averaged over the labelled
+    actions (`batch.action_reward_mask`). Each term
     is masked by its mask; the total is
     `sum_k scale_gradient(l_k, 1 / K if k > 0 else 1)`, weighted per example by
     `importance_weight` and averaged over the batch. All targets are wrapped in
@@ -147,6 +165,13 @@ def unrolled_loss(
       consistency_loss_weight: weight of the consistency term (0, off, in
         MuZero; EfficientZero uses 2). Needs `networks.projection` (built with
         `make_networks(..., projection_size=P)`) and `batch.next_observation`.
+      action_reward_loss_weight: weight of the every-action reward term (0,
+        off, in MuZero). Needs `batch.target_action_reward` and
+        `batch.action_reward_mask`. Costs one dynamics call on B * A rows for
+        each step it covers.
+      action_reward_steps: how many of the K recurrent steps the every-action
+        term covers, from the first (None: all K). The first covers the
+        representation's hidden state, the second the dynamics' first.
 
     Returns:
       `(loss, metrics)`: the scalar loss and a `LossMetrics`.
@@ -170,6 +195,20 @@ def unrolled_loss(
             "consistency_loss_weight > 0 needs networks built with projection_size > 0 "
             "and a batch with next_observation"
         )
+    action_reward = action_reward_loss_weight > 0
+    if action_reward:
+        if batch.target_action_reward is None or batch.action_reward_mask is None:
+            raise ValueError("action_reward_loss_weight > 0 needs a batch with "
+                             "target_action_reward and action_reward_mask")
+        chex.assert_shape([batch.target_action_reward, batch.action_reward_mask],
+                          (batch_size, num_steps, num_actions))
+        action_reward_probs = reward_support.scalar_to_probs(
+            jax.lax.stop_gradient(batch.target_action_reward))  # [B, K, A, bins]
+        action_reward_mask = jax.lax.stop_gradient(batch.action_reward_mask).astype(jnp.float32)
+        covered = num_steps if action_reward_steps is None else int(action_reward_steps)
+        if not 1 <= covered <= num_steps:
+            raise ValueError(f"action_reward_steps must be in [1, K={num_steps}], "
+                             f"got {action_reward_steps!r}")
 
     targets = jax.lax.stop_gradient(
         (batch.target_value, batch.target_reward, batch.target_policy)
@@ -214,6 +253,22 @@ def unrolled_loss(
         mask = jax.lax.dynamic_index_in_dim(consistency_mask, k - 1, axis=1, keepdims=False)
         return -jnp.sum(_unit(predicted) * _unit(target), axis=-1) * mask
 
+    def action_reward_terms(sources):
+        """`[S, B]` reward CE of every labelled action from the first S source states.
+
+        `sources` `[S, B, ...]`: the hidden state each of the first S recurrent
+        steps takes its action from. One batched dynamics call on S * B * A rows.
+        """
+        rows = sources.shape[0] * batch_size
+        repeated = jnp.repeat(sources.reshape((rows,) + sources.shape[2:]), num_actions, axis=0)
+        every_action = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), rows)
+        _, logits = networks.dynamics(params, repeated, every_action)
+        logits = logits.reshape((sources.shape[0], batch_size, num_actions) + logits.shape[1:])
+        probs = jnp.swapaxes(action_reward_probs[:, :covered], 0, 1)  # [S, B, A, bins]
+        mask = jnp.swapaxes(action_reward_mask[:, :covered], 0, 1)  # [S, B, A]
+        ce = _masked_ce(logits, probs) * mask
+        return jnp.sum(ce, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
+
     # Step 0: initial inference, no reward loss, gradient scale 1.
     out0 = networks.initial_inference(params, batch.observation)
     v0, _, p0 = step_terms(out0, 0)
@@ -229,13 +284,21 @@ def unrolled_loss(
             value_loss_weight * v + reward_loss_weight * r + p + consistency_loss_weight * c,
             1.0 / num_steps)
         v_err, r_err, _ = errors(out, k)
+        source = hidden
         hidden = scale_gradient(out.hidden, 0.5)
-        return hidden, (l_k, v, r, p, c, v_err, r_err)
+        return hidden, (l_k, v, r, p, c, v_err, r_err, source if action_reward else None)
 
-    _, (l_steps, v_steps, r_steps, p_steps, c_steps, v_errs, r_errs) = jax.lax.scan(
+    _, (l_steps, v_steps, r_steps, p_steps, c_steps, v_errs, r_errs, sources) = jax.lax.scan(
         body, out0.hidden, jnp.arange(1, num_steps + 1), unroll=unroll
     )
     per_example = loss0 + jnp.sum(l_steps, axis=0)  # [B]
+    if action_reward:
+        # The every-action term of step k belongs to step k's loss (scaled 1 / K).
+        ar_steps = action_reward_terms(sources[:covered])  # [S, B]
+        per_example = per_example + jnp.sum(
+            scale_gradient(action_reward_loss_weight * ar_steps, 1.0 / num_steps), axis=0)
+    else:
+        ar_steps = jnp.zeros((1, batch_size), jnp.float32)
     loss = jnp.mean(per_example * weight)
 
     log_probs = jax.nn.log_softmax(out0.policy_logits)
@@ -250,5 +313,6 @@ def unrolled_loss(
         policy_entropy=jnp.mean(entropy),
         predicted_value=jax.lax.stop_gradient(value0),
         consistency_loss=jnp.mean(jnp.sum(c_steps, axis=0)),
+        action_reward_loss=jnp.mean(jnp.sum(ar_steps, axis=0)),
     )
     return loss, metrics

@@ -71,6 +71,10 @@ class Trajectory(NamedTuple):
       to_play: `[]` int32, the player to move.
       search_policy: `[A]` float32, the search's visit distribution at this row.
       search_value: `[]` float32, the root value of the search at this row.
+      action_rewards: `[A]` float32, the reward each action would have given
+        from this row (the mover's, 0 for illegal actions and on `last`
+        rows), labelled by stepping the environment once per action; only
+        with `Config.action_reward_loss_weight > 0`, None otherwise.
     """
 
     observation: Array
@@ -84,6 +88,7 @@ class Trajectory(NamedTuple):
     to_play: Array
     search_policy: Array
     search_value: Array
+    action_rewards: Array | None = None
 
 
 class ReplayState(NamedTuple):

@@ -136,8 +136,9 @@ def board_symmetries(
 def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
     """Moves each example of a `loss.LossBatch` by a random symmetry of its own.
 
-    The observation (and `next_observation` when present), the K actions and
-    the K+1 policy targets of an example all move by the same symmetry, drawn
+    The observation (and `next_observation` when present), the K actions,
+    the K+1 policy targets (and the per-action reward labels and their mask,
+    when present) of an example all move by the same symmetry, drawn
     uniformly (the identity included); values, rewards and masks stay.
 
     Args:
@@ -165,5 +166,12 @@ def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
         next_observation = jax.vmap(move_obs)(next_observation, obs_index[s])
     actions = jnp.take_along_axis(act_map[s], batch.actions, axis=1)
     policy = jnp.take_along_axis(batch.target_policy, act_index[s][:, None, :], axis=2)
-    return batch._replace(observation=observation, next_observation=next_observation,
-                          actions=actions.astype(batch.actions.dtype), target_policy=policy)
+    moved = batch._replace(observation=observation, next_observation=next_observation,
+                           actions=actions.astype(batch.actions.dtype), target_policy=policy)
+    if getattr(batch, "target_action_reward", None) is not None:  # per-action labels move too
+        moved = moved._replace(
+            target_action_reward=jnp.take_along_axis(
+                batch.target_action_reward, act_index[s][:, None, :], axis=2),
+            action_reward_mask=jnp.take_along_axis(
+                batch.action_reward_mask, act_index[s][:, None, :], axis=2))
+    return moved

@@ -339,3 +339,73 @@ def test_consistency_loss_matches_a_transcription():
         unrolled_loss(params, batch._replace(next_observation=None), networks=nets,
                       value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
                       consistency_loss_weight=1.0)
+
+
+def _action_reward_transcription(params, batch, nets, weight, steps):
+    """The every-action reward term written out per example, step and action:
+    from the hidden state that step k's action is taken from (k < steps), the
+    dynamics' reward cross-entropy of each action against its label, summed
+    over the labelled actions and divided by their count (at least 1), times
+    `weight`, scaled by 1/K; the hidden state by 0.5 between steps."""
+
+    def sg(x, s):
+        return x * s + jax.lax.stop_gradient(x) * (1 - s)
+
+    def example(image, actions, labels, mask):
+        num_steps = actions.shape[0]
+        hidden = nets.initial_inference(params, image[None]).hidden
+        total = 0.0
+        for k in range(num_steps):
+            if k < steps:
+                term = 0.0
+                for a in range(NUM_ACTIONS):
+                    _, logits = nets.dynamics(params, hidden, jnp.array([a]))
+                    probs = REWARD_SUPPORT.scalar_to_probs(labels[k, a])
+                    term += -jnp.sum(probs * jax.nn.log_softmax(logits[0])) * mask[k, a]
+                total += sg(weight * term / jnp.maximum(jnp.sum(mask[k]), 1.0), 1.0 / num_steps)
+            out = nets.recurrent_inference(params, hidden, actions[k:k + 1])
+            hidden = sg(out.hidden, 0.5)
+        return total
+
+    return jnp.mean(jax.vmap(example)(batch.observation, batch.actions,
+                                      batch.target_action_reward, batch.action_reward_mask))
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_action_reward_loss_matches_a_transcription(steps):
+    nets, obs_shape = _networks("mlp")
+    params = _random_params(nets, obs_shape, 5)
+    k, b = 3, 5
+    batch = _random_batch(obs_shape, b, k, 11)
+    ks = jax.random.split(jax.random.key(12), 2)
+    labels = jax.random.choice(ks[0], jnp.array([-1.0, 0.0, 1.0]), (b, k, NUM_ACTIONS))
+    mask = (jax.random.uniform(ks[1], (b, k, NUM_ACTIONS)) > 0.3).astype(jnp.float32)
+    mask = mask.at[0, 0].set(0.0)  # a position with no labelled action counts 0
+    batch = batch._replace(target_action_reward=labels, action_reward_mask=mask)
+
+    def expected(p):
+        return pseudocode_loss(p, batch, nets) + _action_reward_transcription(
+            p, batch, nets, 3.0, steps)
+
+    (loss, metrics), grads = _loss_and_grads(params, batch, nets, action_reward_loss_weight=3.0,
+                                             action_reward_steps=steps)
+    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
+    chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
+    (base, base_metrics), _ = _loss_and_grads(params, batch, nets)
+    # Forward, scale_gradient is the identity: the term adds weight x metric.
+    np.testing.assert_allclose(loss - base, 3.0 * metrics.action_reward_loss, rtol=1e-4)
+    assert base_metrics.action_reward_loss == 0.0 and float(metrics.action_reward_loss) > 0
+    # Masked labels do not count: changing them changes nothing.
+    moved = batch._replace(target_action_reward=jnp.where(mask > 0, labels, 7.0))
+    (loss_moved, _), _ = _loss_and_grads(params, moved, nets, action_reward_loss_weight=3.0,
+                                         action_reward_steps=steps)
+    np.testing.assert_allclose(loss_moved, loss, rtol=1e-6)
+    with pytest.raises(ValueError, match="target_action_reward"):
+        unrolled_loss(params, batch._replace(target_action_reward=None), networks=nets,
+                      value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
+                      action_reward_loss_weight=1.0)
+    with pytest.raises(ValueError, match="action_reward_steps"):
+        unrolled_loss(params, batch, networks=nets, value_support=VALUE_SUPPORT,
+                      reward_support=REWARD_SUPPORT, action_reward_loss_weight=1.0,
+                      action_reward_steps=k + 1)

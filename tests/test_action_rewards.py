@@ -1,0 +1,133 @@
+"""The every-action reward loss (`Config.action_reward_loss_weight`): the labels
+self-play stores, how they reach the loss, and the refusals.
+
+The loss term itself is checked against a transcription in `test_loss.py`."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from muzero_jax.envs.pgx import game_symmetries
+from muzero_jax.learning import make_train
+from muzero_jax.loss import LossBatch, unrolled_loss
+from muzero_jax.networks import MLPConfig
+from muzero_jax.presets import preset
+from muzero_jax.symmetries import augment_batch
+
+_LINES = [[(r, c) for c in range(3)] for r in range(3)] + [
+    [(r, c) for r in range(3)] for c in range(3)] + [
+    [(i, i) for i in range(3)], [(i, 2 - i) for i in range(3)]]
+
+
+def _tiny(**overrides):
+    return dataclasses.replace(
+        preset("tic_tac_toe"), num_envs=8, rollout_length=4, batch_size=8, replay_ratio=0.25,
+        num_simulations=4, num_unroll_steps=2, td_steps=9, replay_capacity=32,
+        min_replay_steps=12, mlp=MLPConfig(hidden_sizes=(16,), latent_size=8,
+                                          head_hidden_sizes=(8,)), **overrides)
+
+
+def _winning_cells(observation: np.ndarray) -> set[int]:
+    """Cells where the player to move completes a line (plane 0: their marks)."""
+    mine, theirs = observation[..., 0] > 0, observation[..., 1] > 0
+    wins = set()
+    for r, c in itertools.product(range(3), range(3)):
+        if mine[r, c] or theirs[r, c]:
+            continue
+        board = mine.copy()
+        board[r, c] = True
+        if any(all(board[cell] for cell in line) for line in _LINES):
+            wins.add(3 * r + c)
+    return wins
+
+
+def test_self_play_labels_every_winning_move_and_nothing_else():
+    """TicTacToe rows carry reward 1 exactly on the moves that win at once, as
+    an independent line check on the stored board finds them, 0 elsewhere
+    (illegal moves and episode-end rows included); the played action's label
+    is the reward the row after it received."""
+    trainer = make_train(_tiny(action_reward_loss_weight=1.0))
+    state = trainer.init(jax.random.key(0))
+    for _ in range(4):
+        state, metrics = trainer.iteration(state)
+    assert bool(metrics.finite) and bool(metrics.learned)
+    assert float(metrics.action_reward_loss) > 0
+    data = jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)  # device 0
+    labels = data.action_rewards
+    assert labels.shape == (8, 16, 9)
+    positives = 0
+    for b, t in itertools.product(range(8), range(16)):
+        expected = np.zeros(9)
+        if not data.last[b, t]:
+            expected[sorted(_winning_cells(data.observation[b, t]))] = 1.0
+        np.testing.assert_array_equal(labels[b, t], expected, err_msg=f"env {b} row {t}")
+        positives += int(expected.sum())
+        if t + 1 < 16 and not data.last[b, t]:
+            assert labels[b, t, data.action[b, t]] == data.reward[b, t + 1]
+    assert positives > 0  # the check saw winning moves
+
+
+def test_without_the_option_nothing_is_stored():
+    trainer = make_train(_tiny())
+    state = trainer.init(jax.random.key(0))
+    assert state.replay.data.action_rewards is None
+
+
+def test_the_option_changes_the_update():
+    def params_after(weight):
+        trainer = make_train(_tiny(action_reward_loss_weight=weight))
+        state = trainer.init(jax.random.key(0))
+        for _ in range(4):
+            state, metrics = trainer.iteration(state)
+        assert bool(metrics.finite) and bool(metrics.learned)
+        return state.params
+
+    diff = jax.tree.leaves(jax.tree.map(lambda x, y: float(jnp.max(jnp.abs(x - y))),
+                                        params_after(0.0), params_after(5.0)))
+    assert max(diff) > 0  # same seed, same self-play start: only the loss differs
+
+
+def test_symmetries_move_the_labels_with_the_policy():
+    """Per-action labels and their mask are indexed like the policy, so they
+    move by the same map: labels equal to the policy targets (and a mask
+    derived from them) stay so after the moves."""
+    symmetries = game_symmetries("tic_tac_toe", (3, 3, 2))
+    b, k = 32, 2
+    ks = jax.random.split(jax.random.key(0), 2)
+    policy = jax.nn.softmax(jax.random.normal(ks[0], (b, k + 1, 9)))
+    batch = LossBatch(
+        observation=jax.random.normal(ks[1], (b, 3, 3, 2)),
+        actions=jnp.zeros((b, k), jnp.int32), target_value=jnp.zeros((b, k + 1)),
+        target_reward=jnp.zeros((b, k + 1)), target_policy=policy,
+        value_mask=jnp.ones((b, k + 1)), reward_mask=jnp.ones((b, k + 1)),
+        policy_mask=jnp.ones((b, k + 1)), importance_weight=jnp.ones((b,)),
+        target_action_reward=policy[:, :k],
+        action_reward_mask=(policy[:, :k] > 0.1).astype(jnp.float32))
+    out = augment_batch(batch, symmetries, jax.random.key(1))
+    assert not np.array_equal(out.target_policy, policy)  # something moved
+    np.testing.assert_array_equal(out.target_action_reward, out.target_policy[:, :k])
+    np.testing.assert_array_equal(out.action_reward_mask,
+                                  (out.target_policy[:, :k] > 0.1).astype(np.float32))
+
+
+def test_refusals_before_compiling():
+    with pytest.raises(ValueError, match="action_reward_loss_weight"):
+        preset("tic_tac_toe", action_reward_loss_weight=-1.0)
+    for bad in (0, 6, True, 1.5):
+        with pytest.raises(ValueError, match="action_reward_steps"):
+            preset("tic_tac_toe", action_reward_steps=bad)
+
+    def old_style_loss(params, batch, *, networks, value_support, reward_support,
+                       value_loss_weight, reward_loss_weight=1.0):
+        return unrolled_loss(params, batch, networks=networks, value_support=value_support,
+                             reward_support=reward_support, value_loss_weight=value_loss_weight,
+                             reward_loss_weight=reward_loss_weight)
+
+    with pytest.raises(ValueError, match="does not accept action_reward_loss_weight"):
+        make_train(_tiny(action_reward_loss_weight=1.0), loss_fn=old_style_loss)
