@@ -288,6 +288,68 @@ def tactics_report(source: str, simulations: list[int]) -> list[dict]:
     return rows
 
 
+def model_knowledge(networks, params, reward_support, positions) -> dict:
+    """What a learned model knows one and two plies deep, without search.
+
+    On Connect Four's tactics positions: the dynamics' reward for every legal
+    move from the represented position, and for every reply after each move.
+
+    Returns:
+      `reward_picks_win`: in positions with an immediate win, the share where
+      the move with the highest predicted reward wins; `reward_on_wins` /
+      `reward_on_others`: the mean predicted reward of winning moves / of the
+      other legal moves there; `reply_reward_after_losing` /
+      `reply_reward_after_safe`: in must-block positions, the mean over moves
+      of the best predicted reward of the opponent's reply, after moves that
+      let the opponent win at once / after the others; `reply_picks_block`:
+      the share of must-block positions where the move with the lowest such
+      reward is safe.
+    """
+    num_actions = networks.num_actions
+
+    @jax.jit
+    def predict(obs):
+        hidden = networks.representation(params, obs)
+        n = hidden.shape[0]
+        moves = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), n)
+        after, logits = networks.dynamics(params, jnp.repeat(hidden, num_actions, axis=0), moves)
+        reward = reward_support.logits_to_scalar(logits).reshape(n, num_actions)
+        replies = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), n * num_actions)
+        _, reply_logits = networks.dynamics(
+            params, jnp.repeat(after, num_actions, axis=0), replies)
+        reply = reward_support.logits_to_scalar(reply_logits).reshape(n, num_actions, num_actions)
+        return reward, reply.max(axis=-1)
+
+    reward, reply = (np.asarray(x) for x in predict(positions.observation))
+    legal, wins, loses = (np.asarray(x) for x in (positions.legal_action_mask, positions.wins,
+                                                  positions.loses))
+    has_win, block = np.asarray(positions.has_win), np.asarray(positions.must_block)
+    rows = np.arange(reward.shape[0])
+    best = np.argmax(np.where(legal, reward, -np.inf), axis=1)
+    safest = np.argmin(np.where(legal, reply, np.inf), axis=1)
+    in_block = block[:, None] & legal
+    return {
+        "reward_picks_win": float(wins[rows, best][has_win].mean()),
+        "reward_on_wins": float(reward[wins & has_win[:, None]].mean()),
+        "reward_on_others": float(reward[legal & ~wins & has_win[:, None]].mean()),
+        "reply_reward_after_losing": float(reply[in_block & loses].mean()),
+        "reply_reward_after_safe": float(reply[in_block & ~loses].mean()),
+        "reply_picks_block": float((legal & ~loses)[rows, safest][block].mean()),
+    }
+
+
+def model_report(logdir: str) -> dict:
+    """`model_knowledge` of a Connect Four run's final agent, printed as JSON."""
+    from muzero_jax import load_agent
+
+    agent = load_agent(logdir)
+    row = {"run": logdir, "step": agent.step, **model_knowledge(
+        agent.trainer.networks, agent.params, agent.trainer.reward_support,
+        _connect_four_positions())}
+    print(json.dumps(row))
+    return row
+
+
 def random_baseline(env: str, games: int) -> dict:
     """A random player against a random player, `games` per seat: the rates an
     agent must beat to be better than random (Go's komi favours the second)."""
@@ -383,7 +445,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="only play a Go run's agent (--logdir of this script or "
                              "muzero-jax train) against random, --eval-games per seat, "
                              "with the first of --simulations, and print how often it passes")
+    parser.add_argument("--model-report", default=None, metavar="RUN",
+                        help="only print what a Connect Four run's learned model knows "
+                             "without search: how often its predicted rewards pick a "
+                             "winning move, and a safe one where a block is needed")
     args = parser.parse_args(argv)
+    if args.model_report:
+        model_report(args.model_report)
+        return
     if args.pass_report:
         pass_report(args.pass_report, int(args.simulations.split(",")[0]), args.eval_games)
         return

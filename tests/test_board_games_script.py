@@ -38,3 +38,47 @@ def test_logdir_holds_the_final_state_for_load_agent(tmp_path):
     assert json.loads((tmp_path / "config.json").read_text())["seed"] == 3
     for got, want in zip(jax.tree.leaves(agent.params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_model_knowledge_scores_an_oracle_model_perfect_and_its_opposite_zero():
+    """A stand-in model whose rewards are the real game's labels (a win: 1;
+    every reply after a move that lets the opponent win: 1) picks every win
+    and every block; the same model with its rewards negated picks none."""
+    import types
+
+    import jax.numpy as jnp
+
+    from experiments.board_games import model_knowledge
+    from muzero_jax.arena import tactical_positions
+    from muzero_jax.value_transforms import make_support
+
+    positions = tactical_positions("connect_four", 256, jax.random.key(3))
+    n, a = positions.legal_action_mask.shape
+    assert positions.has_win.any() and positions.must_block.any()
+    support = make_support(2)
+
+    def networks(sign):
+        # Hidden state: the position's index (root) or n * (move + 1) + index (after a move).
+        def representation(params, obs):
+            match = jnp.all(obs.reshape(obs.shape[0], 1, -1)
+                            == positions.observation.reshape(1, n, -1), axis=-1)
+            return jnp.argmax(match, axis=1)
+
+        def dynamics(params, hidden, action):
+            root = hidden < n
+            index = hidden % n
+            label = jnp.where(root, positions.wins[index, action],
+                              positions.loses[index, hidden // n - 1]).astype(jnp.float32)
+            logits = jnp.log(support.scalar_to_probs(sign * label) + 1e-9)
+            return jnp.where(root, n * (action + 1) + index, hidden), logits
+
+        return types.SimpleNamespace(num_actions=a, representation=representation,
+                                     dynamics=dynamics)
+
+    oracle = model_knowledge(networks(1.0), None, support, positions)
+    assert oracle["reward_picks_win"] == 1.0 and oracle["reply_picks_block"] == 1.0
+    np.testing.assert_allclose([oracle["reward_on_wins"], oracle["reward_on_others"],
+                                oracle["reply_reward_after_losing"],
+                                oracle["reply_reward_after_safe"]], [1, 0, 1, 0], atol=1e-3)
+    opposite = model_knowledge(networks(-1.0), None, support, positions)
+    assert opposite["reward_picks_win"] == 0.0 and opposite["reply_picks_block"] == 0.0
