@@ -338,14 +338,58 @@ def model_knowledge(networks, params, reward_support, positions) -> dict:
     }
 
 
-def model_report(logdir: str) -> dict:
-    """`model_knowledge` of a Connect Four run's final agent, printed as JSON."""
-    from muzero_jax import load_agent
+def self_play_knowledge(networks, params, reward_support, data, max_rows: int = 4096) -> dict:
+    """`reward_picks_win` on the run's own self-play positions.
 
-    agent = load_agent(logdir)
-    row = {"run": logdir, "step": agent.step, **model_knowledge(
-        agent.trainer.networks, agent.params, agent.trainer.reward_support,
-        _connect_four_positions())}
+    `data`: replay rows (a `Trajectory` with leaves `[..., *]`) that carry the
+    environment's every-move reward labels (`action_rewards`, stored when
+    `action_reward_loss_weight` > 0). Scores the first `max_rows` rows where
+    some move wins at once: the share where the highest predicted reward
+    among legal moves is one of them; and the share of rows with such a win.
+    """
+    labels = np.asarray(data.action_rewards).reshape(-1, networks.num_actions)
+    legal = np.asarray(data.legal_action_mask).reshape(labels.shape)
+    # The observation shape: what follows the leading axes the labels have too.
+    obs_shape = data.observation.shape[data.action_rewards.ndim - 1:]
+    obs = np.asarray(data.observation).reshape((-1,) + obs_shape)
+    has_win = (labels > 0).any(axis=1) & ~np.asarray(data.last).reshape(-1)
+    rows = np.nonzero(has_win)[0][:max_rows]
+
+    @jax.jit
+    def predict(o):
+        hidden = networks.representation(params, o)
+        n = hidden.shape[0]
+        moves = jnp.tile(jnp.arange(networks.num_actions, dtype=jnp.int32), n)
+        _, logits = networks.dynamics(params, jnp.repeat(hidden, networks.num_actions, 0), moves)
+        return reward_support.logits_to_scalar(logits).reshape(n, networks.num_actions)
+
+    reward = np.concatenate([np.asarray(predict(obs[rows[i:i + 512]]))
+                             for i in range(0, len(rows), 512)])
+    best = np.argmax(np.where(legal[rows], reward, -np.inf), axis=1)
+    return {"self_play_rows": int(len(rows)), "self_play_win_share": float(has_win.mean()),
+            "self_play_reward_picks_win": float((labels[rows, best] > 0).mean())}
+
+
+def model_report(logdir: str) -> dict:
+    """`model_knowledge` of a Connect Four run's final agent, printed as JSON;
+    with `self_play_knowledge` too when the run stored every-move labels."""
+    from muzero_jax.checkpoint import Checkpointer, find_checkpoint_dir
+    from muzero_jax.config import config_from_dict
+    from muzero_jax.learning import make_train
+
+    directory, given_step = find_checkpoint_dir(logdir)
+    checkpointer = Checkpointer(directory, create=False)
+    try:
+        meta, step = checkpointer.read_meta(given_step)
+        trainer = make_train(config_from_dict(meta["config"]))
+        labelled = trainer.config.action_reward_loss_weight > 0
+        restored = checkpointer.restore(trainer, step, params_only=not labelled)
+    finally:
+        checkpointer.close()
+    args = (trainer.networks, restored.params, trainer.reward_support)
+    row = {"run": logdir, "step": step, **model_knowledge(*args, _connect_four_positions())}
+    if labelled:
+        row.update(self_play_knowledge(*args, restored.state.replay.data))
     print(json.dumps(row))
     return row
 

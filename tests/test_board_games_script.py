@@ -48,7 +48,7 @@ def test_model_knowledge_scores_an_oracle_model_perfect_and_its_opposite_zero():
 
     import jax.numpy as jnp
 
-    from experiments.board_games import model_knowledge
+    from experiments.board_games import model_knowledge, self_play_knowledge
     from muzero_jax.arena import tactical_positions
     from muzero_jax.value_transforms import make_support
 
@@ -82,3 +82,15 @@ def test_model_knowledge_scores_an_oracle_model_perfect_and_its_opposite_zero():
                                 oracle["reply_reward_after_safe"]], [1, 0, 1, 0], atol=1e-3)
     opposite = model_knowledge(networks(-1.0), None, support, positions)
     assert opposite["reward_picks_win"] == 0.0 and opposite["reply_picks_block"] == 0.0
+    # The same positions as replay rows [devices, envs, time, ...] labelled with their wins.
+    rows = types.SimpleNamespace(
+        observation=positions.observation[None, None],
+        action_rewards=positions.wins.astype(jnp.float32)[None, None],
+        legal_action_mask=positions.legal_action_mask[None, None],
+        last=jnp.zeros((1, 1, n), bool))
+    own = self_play_knowledge(networks(1.0), None, support, rows)
+    assert own["self_play_reward_picks_win"] == 1.0
+    assert own["self_play_rows"] == int(positions.has_win.sum())
+    assert own["self_play_win_share"] == float(positions.has_win.mean())
+    assert self_play_knowledge(networks(-1.0), None, support, rows)[
+        "self_play_reward_picks_win"] == 0.0
