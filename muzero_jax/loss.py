@@ -88,7 +88,7 @@ class LossMetrics(NamedTuple):
       consistency_loss: negative cosine similarity of the consistency loss,
         summed over the K recurrent steps (unweighted; 0 when it is off).
       action_reward_loss: reward cross-entropy averaged over the labelled
-        actions of a position, summed over the K recurrent steps
+        actions of a position, summed over the steps the term covers
         (unweighted; 0 when it is off).
     """
 
@@ -138,9 +138,9 @@ def unrolled_loss(
     target branch uses the same parameters under `stop_gradient`), plus, for
     `action_reward_loss_weight` > 0, `action_reward_loss_weight` times the
     reward cross-entropy of the dynamics applied to *every* action from the
-    hidden state of step k - 1 (for k up to `action_reward_steps`), against the simulator's labels
-    `batch.target_action_reward[:, k - 1]`, averaged over the labelled
-    actions (`batch.action_reward_mask`). Each term
+    hidden state of step k - 1 (for k up to `action_reward_steps`), against
+    the simulator's labels `batch.target_action_reward[:, k - 1]`, averaged
+    over the labelled actions (`batch.action_reward_mask`). Each term
     is masked by its mask; the total is
     `sum_k scale_gradient(l_k, 1 / K if k > 0 else 1)`, weighted per example by
     `importance_weight` and averaged over the batch. All targets are wrapped in
