@@ -288,6 +288,14 @@ def tactics_report(source: str, simulations: list[int]) -> list[dict]:
     return rows
 
 
+def _every_move(networks, params, reward_support, hidden):
+    """`(next hidden [N * A, ...], predicted reward [N, A])` of every move from `hidden` [N]."""
+    n, num_actions = hidden.shape[0], networks.num_actions
+    moves = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), n)
+    after, logits = networks.dynamics(params, jnp.repeat(hidden, num_actions, axis=0), moves)
+    return after, reward_support.logits_to_scalar(logits).reshape(n, num_actions)
+
+
 def model_knowledge(networks, params, reward_support, positions) -> dict:
     """What a learned model knows one and two plies deep, without search.
 
@@ -305,20 +313,12 @@ def model_knowledge(networks, params, reward_support, positions) -> dict:
       the share of must-block positions where the move with the lowest such
       reward is safe.
     """
-    num_actions = networks.num_actions
-
     @jax.jit
     def predict(obs):
-        hidden = networks.representation(params, obs)
-        n = hidden.shape[0]
-        moves = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), n)
-        after, logits = networks.dynamics(params, jnp.repeat(hidden, num_actions, axis=0), moves)
-        reward = reward_support.logits_to_scalar(logits).reshape(n, num_actions)
-        replies = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), n * num_actions)
-        _, reply_logits = networks.dynamics(
-            params, jnp.repeat(after, num_actions, axis=0), replies)
-        reply = reward_support.logits_to_scalar(reply_logits).reshape(n, num_actions, num_actions)
-        return reward, reply.max(axis=-1)
+        after, reward = _every_move(networks, params, reward_support,
+                                    networks.representation(params, obs))
+        _, reply = _every_move(networks, params, reward_support, after)  # [N * A, A]
+        return reward, reply.max(axis=-1).reshape(reward.shape)
 
     reward, reply = (np.asarray(x) for x in predict(positions.observation))
     legal, wins, loses = (np.asarray(x) for x in (positions.legal_action_mask, positions.wins,
@@ -357,11 +357,8 @@ def self_play_knowledge(networks, params, reward_support, data, max_rows: int = 
 
     @jax.jit
     def predict(o):
-        hidden = networks.representation(params, o)
-        n = hidden.shape[0]
-        moves = jnp.tile(jnp.arange(networks.num_actions, dtype=jnp.int32), n)
-        _, logits = networks.dynamics(params, jnp.repeat(hidden, networks.num_actions, 0), moves)
-        return reward_support.logits_to_scalar(logits).reshape(n, networks.num_actions)
+        return _every_move(networks, params, reward_support,
+                           networks.representation(params, o))[1]
 
     reward = np.concatenate([np.asarray(predict(obs[rows[i:i + 512]]))
                              for i in range(0, len(rows), 512)])
