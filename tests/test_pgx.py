@@ -138,6 +138,24 @@ def test_go_min_plies_before_pass_masks_only_an_early_pass():
     assert bool(b.last)  # the rules are pgx's: two passes still end the game
 
 
+def test_early_pass_stays_when_no_other_move_is_legal():
+    from muzero_jax.envs.pgx import mask_early_pass
+
+    stones = np.zeros(82, bool)
+    stones[[3, 40]] = True
+    only_pass = np.zeros(82, bool)
+    with_pass = stones.copy()
+    with_pass[81] = True
+    only_pass[81] = True
+    # Before ply 81 pass goes while a stone can be placed...
+    np.testing.assert_array_equal(mask_early_pass(jnp.asarray(with_pass), 10, 81), stones)
+    # ...but stays when it is the only legal move, and from ply 81 on.
+    np.testing.assert_array_equal(mask_early_pass(jnp.asarray(only_pass), 10, 81), only_pass)
+    np.testing.assert_array_equal(mask_early_pass(jnp.asarray(with_pass), 81, 81), with_pass)
+    # An illegal pass is never made legal.
+    np.testing.assert_array_equal(mask_early_pass(jnp.asarray(stones), 90, 81), stones)
+
+
 @pytest.mark.parametrize("game, value", [("go_9x9", -1), ("go_9x9", 1.5), ("go_9x9", True),
                                          ("connect_four", 5)])
 def test_min_plies_before_pass_refused(game, value):

@@ -115,12 +115,10 @@ def make_pgx(game: str, *, min_plies_before_pass: int = 0,
         raise ValueError(f"score_reward is for Go; {game!r} has no score")
 
     def legal_actions(g) -> chex.Array:
-        mask = g.legal_action_mask
         if not min_plies_before_pass:
-            return mask
-        # pgx's pass is the last action; its `_step_count` counts the plies played.
-        allow = (g._step_count >= min_plies_before_pass) | ~jnp.any(mask[:-1])
-        return mask.at[-1].set(mask[-1] & allow)
+            return g.legal_action_mask
+        # pgx's `_step_count` counts the plies played.
+        return mask_early_pass(g.legal_action_mask, g._step_count, min_plies_before_pass)
 
     def timestep(state: PgxState, reward, first) -> TimeStep:
         g = state.game
@@ -175,6 +173,14 @@ def game_symmetries(game: str, observation_shape: tuple[int, ...]) -> Symmetries
                             pass_action=game.startswith("go_"))
 
 
+def mask_early_pass(mask: chex.Array, plies: chex.Array, min_plies: int) -> chex.Array:
+    """`mask` (`[A]`, pass last, as pgx's Go) with pass removed before ply
+    `min_plies`, unless no other move is legal (then pass stays, so a game can
+    always go on)."""
+    allow = (plies >= min_plies) | ~jnp.any(mask[:-1])
+    return mask.at[-1].set(mask[-1] & allow)
+
+
 def _go_margin(env, x, color: chex.Array) -> chex.Array:
     """Area-score margin of `color` (0 black, 1 white) on pgx Go state `x`, komi
     included, divided by `size**2 + komi`."""
@@ -201,5 +207,5 @@ def reward_of_seat(timestep: TimeStep, seat_index: chex.Array) -> chex.Array:
     return jnp.where(mover == seat_index, timestep.reward, -timestep.reward)
 
 
-__all__ += ["game_state", "game_symmetries", "reward_of_seat", "seat"]
+__all__ += ["game_state", "game_symmetries", "mask_early_pass", "reward_of_seat", "seat"]
 
