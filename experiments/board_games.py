@@ -168,7 +168,8 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
         t0 = time.perf_counter()
         agent = Agent(config, eval_trainer, state.params)
         result = evaluate_against(agent, opponent, num_games=eval_games,
-                                  rng_key=jax.random.key(10_000 + iteration))
+                                  rng_key=jax.random.key(10_000 + iteration),
+                                  tactics=tactics is not None)
         eval_s += time.perf_counter() - t0
         loads.append(_load())
         row = {
@@ -183,6 +184,7 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
                             for i, seat in enumerate(("as_first", "as_second"))}
         if tactics is not None:
             row["tactics"] = tactics_score(agent.act, tactics)
+            row["in_games"] = result["tactics"]
         evals.append(row)
         exact = "".join(f" | exact {seat[3:]} loss {row['exact'][seat]['loss']:.3f}"
                         for seat in row.get("exact", {}))
@@ -246,8 +248,18 @@ def _fmt_tactics(row: dict) -> str:
     t = row.get("tactics")
     if t is None:
         return ""
-    return (f" | wins taken {t['wins_taken']:.2f} blocks {t['blocks_made']:.2f}"
+    text = (f" | wins taken {t['wins_taken']:.2f} blocks {t['blocks_made']:.2f}"
             f" (random {t['random_blocks']:.2f})")
+    games = row.get("in_games")
+    if games is not None:
+        share = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+        lost, mine, theirs = games["losses"], games["agent"], games["opponent"]
+        text += (f" | in games blocks {share(mine['blocks_made'])} of {mine['must_block']}"
+                 f" (opponent {share(theirs['blocks_made'])} of {theirs['must_block']}),"
+                 f" losses from missed blocks "
+                 f"{share(lost['missed_block'])}, missed wins {share(lost['missed_win'])}, "
+                 f"none {share(lost['no_error'])}")
+    return text
 
 
 def _fmt(rates: dict) -> str:

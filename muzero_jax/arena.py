@@ -43,13 +43,17 @@ from muzero_jax.envs.pgx import game_state, pgx_game, reward_of_seat
 __all__ = [
     "OPPONENTS",
     "OpponentFn",
+    "TACTICS_GAMES",
     "TacticalPositions",
     "evaluate_against",
     "make_mcts_opponent",
     "make_minimax_opponent",
     "make_opponent",
     "match_env",
+    "match_tactics",
+    "move_consequences",
     "outcome_rates",
+    "play_games",
     "random_opponent",
     "solve_tic_tac_toe",
     "tactical_positions",
@@ -313,7 +317,9 @@ def play_games(
     env: Environment,
     agent_seat: chex.Array,
     rng_key: chex.PRNGKey,
-) -> np.ndarray:
+    *,
+    record_tactics: bool = False,
+) -> np.ndarray | tuple[np.ndarray, dict[str, np.ndarray]]:
     """Plays one game per entry of `agent_seat` and returns the agent's results.
 
     Args:
@@ -322,9 +328,17 @@ def play_games(
       env: a two-player environment.
       agent_seat: `[G]` int, 0 where the agent moves first, 1 where second.
       rng_key: consumed.
+      record_tactics: also label every move played with its one-ply
+        consequences on the real game (`move_consequences`; a pgx game in
+        `TACTICS_GAMES`).
 
     Returns:
-      `[G]` float32 outcomes for the agent: +1 win, 0 draw, -1 loss.
+      `[G]` float32 outcomes for the agent: +1 win, 0 draw, -1 loss; with
+      `record_tactics`, also a dict of `[T, G]` bool arrays over the plies:
+      `played` (the game was still on), `agent_moved`, `has_win` (some move
+      won at once), `took_win`, `must_block` (no move won, some let the
+      opponent win at once and some did not) and `blocked` (the move played
+      did not let the opponent win at once).
     """
     agent_seat = jnp.asarray(agent_seat, jnp.int32)
     num_games = agent_seat.shape[0]
@@ -332,20 +346,95 @@ def play_games(
     state, ts = jax.jit(jax.vmap(env.reset))(jax.random.split(reset_key, num_games))
     opponent_fn = jax.jit(opponent_fn)
     step = jax.jit(jax.vmap(env.step))
+    label = jax.jit(jax.vmap(_label_move(env.name))) if record_tactics else None
     done = np.zeros(num_games, bool)
     results = np.zeros(num_games, np.float32)
+    record: dict[str, list[np.ndarray]] = {}
     for _ in range(env.max_episode_steps):
         rng_key, agent_key, opp_key = jax.random.split(rng_key, 3)
         agent_turn = ts.to_play == agent_seat
         agent_action = jnp.asarray(agent_fn(state, ts, agent_key), jnp.int32)
         opp_action = opponent_fn(state, ts, opp_key)
-        state, ts = step(state, jnp.where(agent_turn, agent_action, opp_action))
+        action = jnp.where(agent_turn, agent_action, opp_action)
+        if label is not None:
+            row = {k: np.asarray(v) for k, v in label(game_state(state).game, action).items()}
+            row.update(played=~done, agent_moved=np.asarray(agent_turn))
+            for k, v in row.items():
+                record.setdefault(k, []).append(v)
+        state, ts = step(state, action)
         finished = np.asarray(ts.last) & ~done
         results = np.where(finished, np.asarray(reward_of_seat(ts, agent_seat)), results)
         done |= np.asarray(ts.last)
         if done.all():
             break
-    return results
+    if not record_tactics:
+        return results
+    return results, {k: np.stack(v) for k, v in record.items()}
+
+
+TACTICS_GAMES: tuple[str, ...] = ("tic_tac_toe", "connect_four")
+"""Games whose matches can be labelled with one-ply wins and blocks (Go's
+games end by passing, and 82 x 82 replies per move would cost too much)."""
+
+
+def _label_move(game_name: str):
+    """`label(g, action) -> dict of [] bool`: one move's one-ply consequences."""
+    game = pgx_game(game_name)
+
+    def label(g, action):
+        wins, loses = move_consequences(game, g)
+        has_win = jnp.any(wins)
+        safe = g.legal_action_mask & ~loses
+        must_block = ~has_win & jnp.any(safe) & (safe.sum() < g.legal_action_mask.sum())
+        return {"has_win": has_win, "took_win": wins[action], "must_block": must_block,
+                "blocked": safe[action]}
+
+    return label
+
+
+def match_tactics(record: dict[str, np.ndarray], results: np.ndarray) -> dict[str, Any]:
+    """Summarises `play_games(..., record_tactics=True)`: both players' tactics
+    in the games played, and what the agent's lost games came from.
+
+    Returns:
+      `agent` and `opponent`, each `{"wins_available", "wins_taken",
+      "must_block", "blocks_made"}` (counts of the positions, and the shares of
+      them where the player won at once / blocked; None where there were
+      none); and `losses`: the number of the agent's lost games and the share
+      of them whose first one-ply error by the agent was a missed win
+      (`missed_win`), a missed block (`missed_block`), or that had none
+      (`no_error`: lost to a double threat or a longer plan).
+    """
+    played = record["played"]
+
+    def side(mine: np.ndarray) -> dict[str, Any]:
+        on = played & mine
+        wins, blocks = on & record["has_win"], on & record["must_block"]
+        return {
+            "wins_available": int(wins.sum()),
+            "wins_taken": float(record["took_win"][wins].mean()) if wins.any() else None,
+            "must_block": int(blocks.sum()),
+            "blocks_made": float(record["blocked"][blocks].mean()) if blocks.any() else None,
+        }
+
+    mine = played & record["agent_moved"]
+    missed_win = mine & record["has_win"] & ~record["took_win"]
+    missed_block = mine & record["must_block"] & ~record["blocked"]
+    lost = results < 0
+    kinds = {"missed_win": 0, "missed_block": 0, "no_error": 0}
+    for g in np.flatnonzero(lost):
+        errors = np.flatnonzero(missed_win[:, g] | missed_block[:, g])
+        if errors.size == 0:
+            kinds["no_error"] += 1
+        else:
+            kinds["missed_win" if missed_win[errors[0], g] else "missed_block"] += 1
+    num_lost = int(lost.sum())
+    return {
+        "agent": side(record["agent_moved"]),
+        "opponent": side(~record["agent_moved"]),
+        "losses": {"num_lost": num_lost,
+                   **{k: (v / num_lost if num_lost else None) for k, v in kinds.items()}},
+    }
 
 
 def evaluate_against(
@@ -355,6 +444,7 @@ def evaluate_against(
     num_games: int,
     rng_key: chex.PRNGKey,
     num_simulations: int | None = None,
+    tactics: bool = False,
 ) -> dict[str, Any]:
     """Plays the agent against an opponent from both seats.
 
@@ -368,16 +458,22 @@ def evaluate_against(
         `num_games` with it moving second (all played as one batch).
       rng_key: consumed.
       num_simulations: the agent's simulations per move (None: its default).
+      tactics: also label every move of the matches with its one-ply
+        consequences on the real game (games in `TACTICS_GAMES`) and report
+        both players' wins taken and blocks made, and what the agent's losses
+        came from (`match_tactics`).
 
     Returns:
       A JSON-friendly dict: `env`, `opponent`, `num_games` (per seat),
       `as_first` and `as_second` (each `{"win", "draw",
       "loss"}` rates over that seat's games), `overall` (the same over all
-      games), and `win_rate`, `draw_rate`, `loss_rate` (= `overall`).
+      games), and `win_rate`, `draw_rate`, `loss_rate` (= `overall`); with
+      `tactics`, also `tactics` (`match_tactics` over all the games).
 
     Raises:
-      ValueError: on a single-player environment, an unknown opponent or a
-        non-positive `num_games`, before anything is compiled.
+      ValueError: on a single-player environment, an unknown opponent, a
+        non-positive `num_games` or `tactics` on a game outside
+        `TACTICS_GAMES`, before anything is compiled.
     """
     env = match_env(agent)
     if env.num_players != 2:
@@ -385,6 +481,9 @@ def evaluate_against(
                          f"{env.num_players} player(s)")
     if isinstance(num_games, bool) or not isinstance(num_games, int) or num_games < 1:
         raise ValueError(f"num_games must be a positive integer, got {num_games!r}")
+    if tactics and env.name not in TACTICS_GAMES:
+        raise ValueError(f"tactics are labelled only for {', '.join(TACTICS_GAMES)}, "
+                         f"not {env.name!r}")
     opponent_fn = make_opponent(opponent, env)
 
     def agent_fn(env_state, ts, key):
@@ -393,9 +492,15 @@ def evaluate_against(
                          num_simulations=num_simulations, rng=key)
 
     seats = np.concatenate([np.zeros(num_games, np.int32), np.ones(num_games, np.int32)])
-    results = play_games(agent_fn, opponent_fn, env, seats, rng_key)
+    record = None
+    if tactics:
+        results, record = play_games(agent_fn, opponent_fn, env, seats, rng_key,
+                                     record_tactics=True)
+    else:
+        results = play_games(agent_fn, opponent_fn, env, seats, rng_key)
     first, second = outcome_rates(results[:num_games]), outcome_rates(results[num_games:])
     overall = outcome_rates(results)
+    extra = {} if record is None else {"tactics": match_tactics(record, results)}
     return {
         "env": env.name,
         "opponent": opponent,
@@ -406,6 +511,7 @@ def evaluate_against(
         "win_rate": overall["win"],
         "draw_rate": overall["draw"],
         "loss_rate": overall["loss"],
+        **extra,
     }
 
 
@@ -435,6 +541,33 @@ class TacticalPositions(NamedTuple):
     game: Any
 
 
+def move_consequences(game, g) -> tuple[chex.Array, chex.Array]:
+    """Each legal move's one-ply consequences in one (unbatched) pgx state.
+
+    Args:
+      game: the `pgx.Env`.
+      g: a non-terminal pgx `State`.
+
+    Returns:
+      `wins`: `[A]` bool, the legal move wins at once; `loses`: `[A]` bool,
+      after the legal move the game goes on and the opponent can win at once.
+    """
+    num_actions = g.legal_action_mask.shape[0]
+
+    def every_move(g):
+        return jax.vmap(game.step, (None, 0))(g, jnp.arange(num_actions))
+
+    def wins_now(g, after):
+        """`[A]` the mover's legal moves that win at once (`after`: every move played)."""
+        return g.legal_action_mask & (after.rewards[:, g.current_player] > 0)
+
+    after = every_move(g)
+    wins = wins_now(g, after)
+    loses = g.legal_action_mask & ~after.terminated & jax.vmap(
+        lambda h: jnp.any(wins_now(h, every_move(h))))(after)
+    return wins, loses
+
+
 def tactical_positions(game_name: str, num_positions: int, rng_key: chex.PRNGKey, *,
                        min_plies: int = 4, max_plies: int = 30) -> TacticalPositions:
     """Positions after `min_plies`..`max_plies - 1` uniformly random moves of a pgx game.
@@ -458,19 +591,7 @@ def tactical_positions(game_name: str, num_positions: int, rng_key: chex.PRNGKey
             return jax.tree.map(lambda a, b: jnp.where(stay, a, b), g, nxt), key
 
         g = jax.lax.fori_loop(0, max_plies, body, (game.init(init_key), play_key))[0]
-        num_actions = g.legal_action_mask.shape[0]
-
-        def every_move(g):
-            return jax.vmap(game.step, (None, 0))(g, jnp.arange(num_actions))
-
-        def wins_now(g, after):
-            """`[A]` the mover's legal moves that win at once (`after`: every move played)."""
-            return g.legal_action_mask & (after.rewards[:, g.current_player] > 0)
-
-        after = every_move(g)
-        wins = wins_now(g, after)
-        loses = g.legal_action_mask & ~after.terminated & jax.vmap(
-            lambda h: jnp.any(wins_now(h, every_move(h))))(after)
+        wins, loses = move_consequences(game, g)
         return g.observation.astype(jnp.float32), g.legal_action_mask, wins, loses, g
 
     obs, legal, wins, loses, games = jax.jit(jax.vmap(one_position))(

@@ -151,6 +151,11 @@ class EvalArgs:
       step: checkpoint step to evaluate (None: the latest).
       opponent: play against this opponent instead (two-player games; see
         muzero_jax.arena).
+      tactics: with --opponent, on TicTacToe and Connect Four: also label
+        every move of the matches on the real game and report both players'
+        immediate wins taken and forced blocks made, and what the agent's
+        losses began with (a missed win, a missed block, or no one-move
+        error), as eval.json's `tactics`.
       compile_cache: JAX's persistent compilation cache ("auto", "none" or a
         directory; see `train --help`).
     """
@@ -161,9 +166,12 @@ class EvalArgs:
     seed: int = 0
     step: int | None = None
     opponent: str | None = None
+    tactics: bool = False
     compile_cache: str = "auto"
 
     def __post_init__(self):
+        if self.tactics and self.opponent is None:
+            raise ValueError("--tactics needs --opponent (it labels the moves of matches)")
         if self.episodes < 1:
             raise ValueError(f"--episodes must be >= 1, got {self.episodes}")
         if self.num_simulations is not None and self.num_simulations < 1:
@@ -454,13 +462,27 @@ def _eval(argv: list[str]) -> int:
     if evaluate_against is not None:
         try:
             stats = evaluate_against(agent, args.opponent, num_games=args.episodes,
-                                     rng_key=rng_key, num_simulations=args.num_simulations)
+                                     rng_key=rng_key, num_simulations=args.num_simulations,
+                                     tactics=args.tactics)
         except ValueError as e:
             raise UsageError(f"{_PROG} eval: {e}") from None
         result["opponent"] = args.opponent
         result.update(stats)
         print(f"{_PROG}: {agent.config.env} vs {args.opponent} over {args.episodes} games: "
               + ", ".join(f"{k}={v}" for k, v in stats.items() if not isinstance(v, list | dict)))
+        if "tactics" in stats:
+            t, lost = stats["tactics"], stats["tactics"]["losses"]
+
+            def share(x):
+                return "-" if x is None else f"{x:.2f}"
+
+            print(f"{_PROG}: in these games, " + "; ".join(
+                f"the {who} took {share(t[who]['wins_taken'])} of {t[who]['wins_available']} "
+                f"immediate wins and made {share(t[who]['blocks_made'])} of "
+                f"{t[who]['must_block']} forced blocks" for who in ("agent", "opponent"))
+                + f"; of the agent's {lost['num_lost']} losses, {share(lost['missed_block'])} "
+                f"began with a missed block, {share(lost['missed_win'])} with a missed win, "
+                f"{share(lost['no_error'])} with neither", flush=True)
     else:
         returns = agent.evaluate(args.episodes, rng_key, num_simulations=args.num_simulations)
         mean, stderr = float(returns.mean()), standard_error(returns)

@@ -162,3 +162,46 @@ def test_tactics_score_of_hand_written_players():
     assert bad["wins_taken"] == 0.0 and bad["blocks_made"] == 0.0
     assert 0.0 < good["random_blocks"] < 1.0
     assert good["num_has_win"] == int(wins.any(1).sum()) > 0
+
+
+def test_match_tactics_of_scripted_connect_four_games():
+    """The agent always drops in column 0, the opponent in column 1. Moving
+    first, the agent stacks three, the opponent ignores the threat (a missed
+    block) and the agent wins at once. Moving second, the opponent stacks
+    three first, the agent misses the block and the opponent wins at once: that
+    loss began with a missed block. (Worked out by hand.)"""
+    env = make_env("connect_four")
+    column = lambda c: lambda state, ts, key: np.full(ts.observation.shape[0], c)  # noqa: E731
+    results, record = arena.play_games(column(0), jax.jit(column(1)), env, np.array([0, 1]),
+                                       jax.random.key(0), record_tactics=True)
+    np.testing.assert_array_equal(results, [1.0, -1.0])
+    assert record["played"].shape == (7, 2) and record["played"].all()  # 7 plies each
+    np.testing.assert_array_equal(record["agent_moved"][:, 0], [1, 0, 1, 0, 1, 0, 1])
+    out = arena.match_tactics(record, results)
+    one_each = {"wins_available": 1, "wins_taken": 1.0, "must_block": 1, "blocks_made": 0.0}
+    assert out["agent"] == one_each and out["opponent"] == one_each
+    assert out["losses"] == {"num_lost": 1, "missed_win": 0.0, "missed_block": 1.0,
+                             "no_error": 0.0}
+    # The opponent's missed block is at ply 5 of the first game, the agent's at
+    # ply 5 of the second; the wins are taken at ply 6.
+    assert np.flatnonzero(record["must_block"][:, 0]).tolist() == [5]
+    assert np.flatnonzero(record["must_block"][:, 1]).tolist() == [5]
+    assert np.flatnonzero(record["has_win"].any(1)).tolist() == [6]
+
+
+def test_tactics_do_not_change_the_games_and_refuse_go():
+    c4 = StandInAgent(make_env("connect_four"), arena.random_opponent)
+    plain = arena.evaluate_against(c4, "random", num_games=6, rng_key=jax.random.key(5))
+    labelled = arena.evaluate_against(c4, "random", num_games=6, rng_key=jax.random.key(5),
+                                      tactics=True)
+    assert {k: v for k, v in labelled.items() if k != "tactics"} == plain
+    t = labelled["tactics"]
+    losses = t["losses"]
+    assert losses["num_lost"] == round(12 * plain["loss_rate"])
+    if losses["num_lost"]:
+        assert sum(losses[k] for k in ("missed_win", "missed_block", "no_error")) == \
+            pytest.approx(1.0)
+    go = StandInAgent(make_env("go_9x9"), arena.random_opponent)
+    with pytest.raises(ValueError, match="tactics are labelled only for"):
+        arena.evaluate_against(go, "random", num_games=1, rng_key=jax.random.key(0),
+                               tactics=True)

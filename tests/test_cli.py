@@ -130,3 +130,7 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
     # eval --opponent needs the board-games arena; unknown opponents are bad input.
     code = main(["eval", "--logdir", str(logdir), "--opponent", "no_such_opponent"])
     assert code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+    # --tactics labels the moves of matches, so it needs --opponent.
+    assert main(["eval", "--logdir", str(logdir), "--tactics"]) == 2
+    err = capsys.readouterr().err
+    assert "--tactics needs --opponent" in err and len(err.strip().splitlines()) == 1
