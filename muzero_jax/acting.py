@@ -115,6 +115,7 @@ def make_act_step(
     use_search_action: bool = False,
     exploration_plies: int = 0,
     action_rewards: bool = False,
+    action_threats: bool = False,
 ):
     """Returns `act_step(params, actor, rng_key, temperature) -> (actor, row, stats)`.
 
@@ -127,6 +128,10 @@ def make_act_step(
     With `action_rewards`, each row also carries the reward every action
     would have given (`Trajectory.action_rewards`): the environment is
     stepped from the same state once per action and those states dropped.
+    With `action_threats` (two-player games), each row also carries
+    `Trajectory.action_threats`: from each of those states the environment is
+    stepped once more per reply, and an action is labelled with the best
+    positive reward of a reply that ends the game (0 where there is none).
 
     `row` is the `Trajectory` row (leaves `[B, ...]`) of the current timestep:
     its observation, the search's policy and root value, the action taken.
@@ -136,6 +141,16 @@ def make_act_step(
     every_action_reward = jax.vmap(
         jax.vmap(lambda state, a: env.step(state, a)[1].reward, in_axes=(None, 0)),
         in_axes=(0, None))
+
+    def reply_threat(state, a):
+        """The best positive reward a game-ending reply to `a` gets its mover (else 0)."""
+        after, ts_a = env.step(state, a)
+        replies = jnp.arange(env.num_actions, dtype=jnp.int32)
+        ts_b = jax.vmap(lambda b: env.step(after, b)[1])(replies)
+        wins = ts_a.legal_action_mask & ts_b.last & (ts_b.reward > 0)
+        return jnp.where(ts_a.last, 0.0, jnp.max(jnp.where(wins, ts_b.reward, 0.0)))
+
+    every_action_threat = jax.vmap(jax.vmap(reply_threat, in_axes=(None, 0)), in_axes=(0, None))
 
     def act_step(params, actor: ActorState, rng_key, temperature):
         search_key, action_key = jax.random.split(rng_key)
@@ -173,6 +188,11 @@ def make_act_step(
                 actor.env_state, jnp.arange(env.num_actions, dtype=jnp.int32))
             legal = ts.legal_action_mask & ~ts.last[:, None]
             row = row._replace(action_rewards=jnp.where(legal, rewards, 0.0).astype(jnp.float32))
+        if action_threats:
+            threats = every_action_threat(
+                actor.env_state, jnp.arange(env.num_actions, dtype=jnp.int32))
+            legal = ts.legal_action_mask & ~ts.last[:, None]
+            row = row._replace(action_threats=jnp.where(legal, threats, 0.0).astype(jnp.float32))
         env_state, next_ts = batched_step(actor.env_state, action)
         # Returns from player 0's point of view: in two-player games the reward
         # is the mover's, i.e. player `to_play` of the previous timestep.

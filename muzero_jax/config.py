@@ -77,7 +77,20 @@ class Config:
       action_reward_steps: how many of the K unroll steps that loss covers,
         from the first (1..K; 1: the positions sampled, whose hidden state
         comes from the representation). Each step costs one dynamics call on
-        batch * num_actions rows per update.
+        batch * num_actions rows per update. The threat-value loss covers the
+        same steps.
+      threat_value_loss_weight: weight of a value loss on the hidden states
+        that every-action dynamics reaches (0: off; needs
+        `action_reward_loss_weight` > 0 and a two-player game). While acting,
+        the environment is stepped once more per reply after each action; an
+        action after which the player to reply can end the game at once with
+        a positive reward (a win) is labelled with that reward, which is the
+        value of the position it leads to for that player, and the learner
+        trains the value the prediction gives there towards it. Other actions
+        get no value label. Beyond the paper: it teaches the model, from the
+        sampled positions, which moves let the opponent win at once (a missed
+        block), including moves never played. When > 0 the loss gets
+        `threat_value_loss_weight=` and the batch `target_action_threat`.
       augment_symmetries: train on each sampled example moved by a random
         symmetry of the board (AlphaGo Zero's augmentation: Connect Four's
         mirror, the square's eight for TicTacToe and Go): observations,
@@ -155,6 +168,7 @@ class Config:
     consistency_projection_size: int = 128
     action_reward_loss_weight: float = 0.0
     action_reward_steps: int = 1
+    threat_value_loss_weight: float = 0.0
     augment_symmetries: bool = False
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
@@ -202,7 +216,8 @@ class Config:
             _positive(name, getattr(self, name), integer=False)
         for name in ("weight_decay", "max_grad_norm", "value_loss_weight",
                      "reward_loss_weight", "consistency_loss_weight",
-                     "action_reward_loss_weight", "priority_alpha",
+                     "action_reward_loss_weight", "threat_value_loss_weight",
+                     "priority_alpha",
                      "target_ema", "momentum"):
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
         if not 0.0 <= self.discount <= 1.0:
@@ -236,6 +251,11 @@ class Config:
             raise ValueError(
                 f"action_reward_steps must be an integer in [1, num_unroll_steps="
                 f"{self.num_unroll_steps}], got {self.action_reward_steps!r}")
+        if self.threat_value_loss_weight > 0 and not self.action_reward_loss_weight > 0:
+            raise ValueError(
+                f"threat_value_loss_weight={self.threat_value_loss_weight} needs "
+                "action_reward_loss_weight > 0: it trains the value after the same "
+                "every-action dynamics")
         if not isinstance(self.augment_symmetries, bool):
             raise ValueError(
                 f"augment_symmetries must be true or false, got {self.augment_symmetries!r}")

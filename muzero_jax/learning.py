@@ -107,6 +107,7 @@ class IterationMetrics(NamedTuple):
     grad_norm: chex.Array
     consistency_loss: chex.Array
     action_reward_loss: chex.Array
+    threat_value_loss: chex.Array
     learning_rate: chex.Array
     temperature: chex.Array
     learned: chex.Array
@@ -299,7 +300,9 @@ def make_train(
         `consistency_loss_weight=` (its batch then has `next_observation`),
         and with `config.action_reward_loss_weight > 0`
         `action_reward_loss_weight=` and `action_reward_steps=` (its batch then has
-        `target_action_reward` and `action_reward_mask`).
+        `target_action_reward` and `action_reward_mask`), and with
+        `config.threat_value_loss_weight > 0` `threat_value_loss_weight=` (and
+        `target_action_threat`).
       compiler_options: XLA options for compiling `iteration` and `evaluate`
         (default: `default_compiler_options()`).
       num_seeds: S > 1 runs S independent seeds in one program (`jax.vmap`
@@ -328,6 +331,10 @@ def make_train(
     _check_compiler_options(compiler_options)
     consistency = config.consistency_loss_weight > 0
     action_reward = config.action_reward_loss_weight > 0
+    threat = config.threat_value_loss_weight > 0
+    if threat and env.num_players != 2:
+        raise ValueError(f"threat_value_loss_weight needs a two-player game; {env.name!r} has "
+                         f"{env.num_players} player(s)")
     # Loss weights beyond the paper's, passed only when set, so that custom
     # loss functions written to the documented signature keep working.
     extra_loss_kwargs = {}
@@ -338,6 +345,8 @@ def make_train(
     if action_reward:
         extra_loss_kwargs["action_reward_loss_weight"] = config.action_reward_loss_weight
         extra_loss_kwargs["action_reward_steps"] = config.action_reward_steps
+    if threat:
+        extra_loss_kwargs["threat_value_loss_weight"] = config.threat_value_loss_weight
     if loss_fn is not None:
         for name in extra_loss_kwargs:
             _check_accepts(loss_fn, name)
@@ -409,6 +418,7 @@ def make_train(
         use_search_action=config.act_with_search_action,
         exploration_plies=config.exploration_plies,
         action_rewards=action_reward,
+        action_threats=threat,
     )
     rollout = make_rollout(act_step, config.rollout_length)
     loss_fn = functools.partial(
@@ -480,6 +490,8 @@ def make_train(
                 target_action_reward=seqs.action_rewards[:, :k],
                 action_reward_mask=(targets.policy_mask[:, :k, None]
                                     * seqs.legal_action_mask[:, :k].astype(jnp.float32)))
+        if threat:
+            batch = batch._replace(target_action_threat=seqs.action_threats[:, :k])
         if config.augment_symmetries:
             batch = augment_batch(batch, env.symmetries, augment_key)
         params, opt_state, grad_norm, metrics = learner_step(params, opt_state, batch)
@@ -499,6 +511,7 @@ def make_train(
             jnp.mean(metrics.value_error), metrics.policy_entropy, grad_norm,
             jnp.asarray(metrics.consistency_loss, jnp.float32),
             jnp.asarray(metrics.action_reward_loss, jnp.float32),
+            jnp.asarray(metrics.threat_value_loss, jnp.float32),
         )
         return (params, target_params, opt_state, replay, updates), out
 
@@ -531,7 +544,7 @@ def make_train(
 
         def skip(operand):
             zero = jnp.zeros((), jnp.float32)
-            return operand, (zero,) * 9
+            return operand, (zero,) * 10
 
         operand = (state.params, state.target_params, state.opt_state, replay,
                    counters.updates)
@@ -541,7 +554,7 @@ def make_train(
         finite = jnp.all(jnp.asarray(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)] + [jnp.isfinite(outs[0])]
         ))
-        loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss, ar_loss = (
+        loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss, ar_loss, tv_loss = (
             jax.lax.pmean(o, AXIS) for o in outs
         )
         ep = jax.tree.map(lambda x: jax.lax.psum(x, AXIS), stats)
@@ -550,6 +563,7 @@ def make_train(
             value_error=v_err, policy_entropy=entropy, grad_norm=grad_norm,
             consistency_loss=c_loss,
             action_reward_loss=ar_loss,
+            threat_value_loss=tv_loss,
             learning_rate=jnp.asarray(lr_schedule(jnp.maximum(updates - 1, 0)), jnp.float32),
             temperature=temperature,
             learned=can_learn.astype(jnp.float32),
@@ -605,7 +619,7 @@ def make_train(
         def local_init(key):
             actor_key, rng = jax.random.split(key)
             actor = init_actor(env, actor_key, local_envs)
-            row = _example_row(env, action_reward)
+            row = _example_row(env, action_reward, threat)
             return buffer.init(row), actor, rng
 
         replay, actor, rngs = jax.vmap(local_init)(jax.random.split(device_key, num_devices))
@@ -662,7 +676,8 @@ def make_train(
     )
 
 
-def _example_row(env: Environment, action_rewards: bool = False) -> Trajectory:
+def _example_row(env: Environment, action_rewards: bool = False,
+                 action_threats: bool = False) -> Trajectory:
     a = env.num_actions
     return Trajectory(
         observation=jnp.zeros(env.observation_shape, jnp.float32),
@@ -677,6 +692,7 @@ def _example_row(env: Environment, action_rewards: bool = False) -> Trajectory:
         search_policy=jnp.zeros((a,), jnp.float32),
         search_value=jnp.zeros((), jnp.float32),
         action_rewards=jnp.zeros((a,), jnp.float32) if action_rewards else None,
+        action_threats=jnp.zeros((a,), jnp.float32) if action_threats else None,
     )
 
 

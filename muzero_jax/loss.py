@@ -57,6 +57,12 @@ class LossBatch(NamedTuple):
         (only the action-reward loss reads it; None without it).
       action_reward_mask: `[B, K, A]` 1 where that label counts (legal
         actions of positions inside the episode).
+      target_action_threat: `[B, K, A]` for each action from the position at
+        step k, the value of the position it leads to for the player to reply
+        there, where that player can end the game at once with a positive
+        reward (that reward); 0 where unknown (only the threat-value loss
+        reads it, where it is positive and `action_reward_mask` is 1; None
+        without it).
     """
 
     observation: chex.Array
@@ -71,6 +77,7 @@ class LossBatch(NamedTuple):
     next_observation: chex.Array | None = None
     target_action_reward: chex.Array | None = None
     action_reward_mask: chex.Array | None = None
+    target_action_threat: chex.Array | None = None
 
 
 class LossMetrics(NamedTuple):
@@ -90,6 +97,9 @@ class LossMetrics(NamedTuple):
       action_reward_loss: reward cross-entropy averaged over the labelled
         actions of a position, summed over the steps the term covers
         (unweighted; 0 when it is off).
+      threat_value_loss: value cross-entropy after every action labelled as
+        a threat, averaged over those actions of a position, summed over the
+        steps the term covers (unweighted; 0 when it is off).
     """
 
     loss: chex.Array
@@ -102,6 +112,7 @@ class LossMetrics(NamedTuple):
     predicted_value: chex.Array
     consistency_loss: chex.Array = 0.0
     action_reward_loss: chex.Array = 0.0
+    threat_value_loss: chex.Array = 0.0
 
 
 def _unit(x: chex.Array, eps: float = 1e-5) -> chex.Array:
@@ -125,6 +136,7 @@ def unrolled_loss(
     consistency_loss_weight: float = 0.0,
     action_reward_loss_weight: float = 0.0,
     action_reward_steps: int | None = None,
+    threat_value_loss_weight: float = 0.0,
 ) -> tuple[chex.Array, LossMetrics]:
     """MuZero's loss over K unroll steps, with the paper's gradient scaling.
 
@@ -140,7 +152,12 @@ def unrolled_loss(
     reward cross-entropy of the dynamics applied to *every* action from the
     hidden state of step k - 1 (for k up to `action_reward_steps`), against
     the simulator's labels `batch.target_action_reward[:, k - 1]`, averaged
-    over the labelled actions (`batch.action_reward_mask`). Each term
+    over the labelled actions (`batch.action_reward_mask`), plus, for
+    `threat_value_loss_weight` > 0 (which needs the action-reward term), that
+    weight times the value cross-entropy of the prediction at each of those
+    every-action hidden states against `batch.target_action_threat`, averaged
+    over the actions it labels (where it is positive: the player to reply
+    can win at once, so the position is worth that to them). Each term
     is masked by its mask; the total is
     `sum_k scale_gradient(l_k, 1 / K if k > 0 else 1)`, weighted per example by
     `importance_weight` and averaged over the batch. All targets are wrapped in
@@ -172,6 +189,9 @@ def unrolled_loss(
       action_reward_steps: how many of the K recurrent steps the every-action
         term covers, from the first (None: all K). The first covers the
         representation's hidden state, the second the dynamics' first.
+      threat_value_loss_weight: weight of the threat-value term (0, off, in
+        MuZero). Needs `action_reward_loss_weight` > 0 (it reads the value of
+        the same every-action hidden states) and `batch.target_action_threat`.
 
     Returns:
       `(loss, metrics)`: the scalar loss and a `LossMetrics`.
@@ -209,6 +229,18 @@ def unrolled_loss(
         if not 1 <= covered <= num_steps:
             raise ValueError(f"action_reward_steps must be in [1, K={num_steps}], "
                              f"got {action_reward_steps!r}")
+    threat = threat_value_loss_weight > 0
+    if threat:
+        if not action_reward:
+            raise ValueError("threat_value_loss_weight > 0 needs action_reward_loss_weight > 0 "
+                             "(it reads the value after the same every-action dynamics)")
+        if batch.target_action_threat is None:
+            raise ValueError("threat_value_loss_weight > 0 needs a batch with "
+                             "target_action_threat")
+        chex.assert_shape(batch.target_action_threat, (batch_size, num_steps, num_actions))
+        target_threat = jax.lax.stop_gradient(batch.target_action_threat)
+        threat_probs = value_support.scalar_to_probs(target_threat)  # [B, K, A, bins]
+        threat_mask = action_reward_mask * (target_threat > 0)
 
     targets = jax.lax.stop_gradient(
         (batch.target_value, batch.target_reward, batch.target_policy)
@@ -253,21 +285,33 @@ def unrolled_loss(
         mask = jax.lax.dynamic_index_in_dim(consistency_mask, k - 1, axis=1, keepdims=False)
         return -jnp.sum(_unit(predicted) * _unit(target), axis=-1) * mask
 
+    def mean_over_actions(ce, mask):
+        return jnp.sum(ce * mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
+
     def action_reward_terms(sources):
-        """`[S, B]` reward CE of every labelled action from the first S source states.
+        """`[S, B]` reward CE of every labelled action from the first S source
+        states, and `[S, B]` the threat-value CE (zeros when that is off).
 
         `sources` `[S, B, ...]`: the hidden state each of the first S recurrent
-        steps takes its action from. One batched dynamics call on S * B * A rows.
+        steps takes its action from. One batched dynamics call on S * B * A rows
+        (and, for the threat values, one prediction call on them).
         """
+        lead = (sources.shape[0], batch_size, num_actions)
         rows = sources.shape[0] * batch_size
         repeated = jnp.repeat(sources.reshape((rows,) + sources.shape[2:]), num_actions, axis=0)
         every_action = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), rows)
-        _, logits = networks.dynamics(params, repeated, every_action)
-        logits = logits.reshape((sources.shape[0], batch_size, num_actions) + logits.shape[1:])
+        after, logits = networks.dynamics(params, repeated, every_action)
+        logits = logits.reshape(lead + logits.shape[1:])
         probs = jnp.swapaxes(action_reward_probs[:, :covered], 0, 1)  # [S, B, A, bins]
         mask = jnp.swapaxes(action_reward_mask[:, :covered], 0, 1)  # [S, B, A]
-        ce = _masked_ce(logits, probs) * mask
-        return jnp.sum(ce, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
+        reward_ce = mean_over_actions(_masked_ce(logits, probs), mask)
+        if not threat:
+            return reward_ce, jnp.zeros_like(reward_ce)
+        _, value_logits = networks.prediction(params, after)
+        value_logits = value_logits.reshape(lead + value_logits.shape[1:])
+        t_probs = jnp.swapaxes(threat_probs[:, :covered], 0, 1)
+        t_mask = jnp.swapaxes(threat_mask[:, :covered], 0, 1)
+        return reward_ce, mean_over_actions(_masked_ce(value_logits, t_probs), t_mask)
 
     # Step 0: initial inference, no reward loss, gradient scale 1.
     out0 = networks.initial_inference(params, batch.observation)
@@ -294,11 +338,12 @@ def unrolled_loss(
     per_example = loss0 + jnp.sum(l_steps, axis=0)  # [B]
     if action_reward:
         # The every-action term of step k belongs to step k's loss (scaled 1 / K).
-        ar_steps = action_reward_terms(sources[:covered])  # [S, B]
-        per_example = per_example + jnp.sum(
-            scale_gradient(action_reward_loss_weight * ar_steps, 1.0 / num_steps), axis=0)
+        ar_steps, tv_steps = action_reward_terms(sources[:covered])  # [S, B] each
+        per_example = per_example + jnp.sum(scale_gradient(
+            action_reward_loss_weight * ar_steps + threat_value_loss_weight * tv_steps,
+            1.0 / num_steps), axis=0)
     else:
-        ar_steps = jnp.zeros((1, batch_size), jnp.float32)
+        ar_steps = tv_steps = jnp.zeros((1, batch_size), jnp.float32)
     loss = jnp.mean(per_example * weight)
 
     log_probs = jax.nn.log_softmax(out0.policy_logits)
@@ -314,5 +359,6 @@ def unrolled_loss(
         predicted_value=jax.lax.stop_gradient(value0),
         consistency_loss=jnp.mean(jnp.sum(c_steps, axis=0)),
         action_reward_loss=jnp.mean(jnp.sum(ar_steps, axis=0)),
+        threat_value_loss=jnp.mean(jnp.sum(tv_steps, axis=0)),
     )
     return loss, metrics

@@ -75,6 +75,12 @@ class Trajectory(NamedTuple):
         from this row (the mover's, 0 for illegal actions and on `last`
         rows), labelled by stepping the environment once per action; only
         with `Config.action_reward_loss_weight > 0`, None otherwise.
+      action_threats: `[A]` float32, for each action after which the game
+        goes on and the player to reply can end it at once with a positive
+        reward, that reward (the value of the position after the action for
+        its mover); 0 elsewhere, for illegal actions and on `last` rows.
+        Labelled by stepping the environment once per action and reply; only
+        with `Config.threat_value_loss_weight > 0`, None otherwise.
     """
 
     observation: Array
@@ -89,6 +95,7 @@ class Trajectory(NamedTuple):
     search_policy: Array
     search_value: Array
     action_rewards: Array | None = None
+    action_threats: Array | None = None
 
 
 class ReplayState(NamedTuple):

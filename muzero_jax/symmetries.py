@@ -174,4 +174,7 @@ def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
                 batch.target_action_reward, act_index[s][:, None, :], axis=2),
             action_reward_mask=jnp.take_along_axis(
                 batch.action_reward_mask, act_index[s][:, None, :], axis=2))
+    if getattr(batch, "target_action_threat", None) is not None:
+        moved = moved._replace(target_action_threat=jnp.take_along_axis(
+            batch.target_action_threat, act_index[s][:, None, :], axis=2))
     return moved

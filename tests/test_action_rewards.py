@@ -131,3 +131,59 @@ def test_refusals_before_compiling():
 
     with pytest.raises(ValueError, match="does not accept action_reward_loss_weight"):
         make_train(_tiny(action_reward_loss_weight=1.0), loss_fn=old_style_loss)
+
+
+def _threat_labels(observation: np.ndarray) -> np.ndarray:
+    """`[9]` 1 where, after the mover's move, the game goes on and the
+    opponent completes a line at once (an independent line check)."""
+    mine, theirs = observation[..., 0] > 0, observation[..., 1] > 0
+    labels = np.zeros(9)
+    wins = _winning_cells(observation)
+    for r, c in itertools.product(range(3), range(3)):
+        if mine[r, c] or theirs[r, c] or 3 * r + c in wins:
+            continue
+        after = np.stack([theirs, mine | (np.arange(9).reshape(3, 3) == 3 * r + c)], -1)
+        if after.any(-1).all():
+            continue  # the board is full: a draw
+        labels[3 * r + c] = float(bool(_winning_cells(after.astype(np.float32))))
+    return labels
+
+
+def test_self_play_labels_every_move_that_lets_the_opponent_win():
+    """With `threat_value_loss_weight`, TicTacToe rows carry 1 exactly on the
+    moves after which the opponent can complete a line at once (the line
+    check above, on the stored board), 0 elsewhere; the loss sees them."""
+    trainer = make_train(_tiny(action_reward_loss_weight=1.0, threat_value_loss_weight=1.0))
+    state = trainer.init(jax.random.key(1))
+    for _ in range(4):
+        state, metrics = trainer.iteration(state)
+    assert bool(metrics.finite) and bool(metrics.learned)
+    assert float(metrics.threat_value_loss) > 0
+    data = jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)
+    positives = 0
+    for b, t in itertools.product(range(8), range(16)):
+        expected = np.zeros(9) if data.last[b, t] else _threat_labels(data.observation[b, t])
+        np.testing.assert_array_equal(data.action_threats[b, t], expected,
+                                      err_msg=f"env {b} row {t}")
+        positives += int(expected.sum())
+    assert positives > 0
+    assert make_train(_tiny(action_reward_loss_weight=1.0)).init(
+        jax.random.key(0)).replay.data.action_threats is None
+
+
+def test_threat_values_refusals():
+    with pytest.raises(ValueError, match="needs action_reward_loss_weight > 0"):
+        preset("tic_tac_toe", threat_value_loss_weight=1.0)
+    with pytest.raises(ValueError, match="threat_value_loss_weight"):
+        preset("tic_tac_toe", threat_value_loss_weight=-1.0)
+    with pytest.raises(ValueError, match="two-player game"):
+        make_train(preset("catch", action_reward_loss_weight=1.0, threat_value_loss_weight=1.0))
+
+    def old_style_loss(params, batch, *, networks, value_support, reward_support,
+                       value_loss_weight, action_reward_loss_weight, action_reward_steps,
+                       reward_loss_weight=1.0):
+        raise AssertionError("not reached")
+
+    with pytest.raises(ValueError, match="does not accept threat_value_loss_weight"):
+        make_train(_tiny(action_reward_loss_weight=1.0, threat_value_loss_weight=1.0),
+                   loss_fn=old_style_loss)

@@ -341,68 +341,105 @@ def test_consistency_loss_matches_a_transcription():
                       consistency_loss_weight=1.0)
 
 
-def _action_reward_transcription(params, batch, nets, weight, steps):
+def _action_reward_transcription(params, batch, nets, weight, steps, threat_weight=0.0):
     """The every-action reward term written out per example, step and action:
     from the hidden state that step k's action is taken from (k < steps), the
     dynamics' reward cross-entropy of each action against its label, summed
     over the labelled actions and divided by their count (at least 1), times
-    `weight`, scaled by 1/K; the hidden state by 0.5 between steps."""
+    `weight`, scaled by 1/K; the hidden state by 0.5 between steps. With
+    `threat_weight`, also the value cross-entropy of the prediction at each
+    action's next hidden state against its threat label, over the labelled
+    actions whose label is positive, divided by their count (at least 1)."""
 
     def sg(x, s):
         return x * s + jax.lax.stop_gradient(x) * (1 - s)
 
-    def example(image, actions, labels, mask):
+    def example(image, actions, labels, mask, threats):
         num_steps = actions.shape[0]
         hidden = nets.initial_inference(params, image[None]).hidden
         total = 0.0
         for k in range(num_steps):
             if k < steps:
-                term = 0.0
+                term, threat_term, threat_count = 0.0, 0.0, 0.0
                 for a in range(NUM_ACTIONS):
-                    _, logits = nets.dynamics(params, hidden, jnp.array([a]))
+                    after, logits = nets.dynamics(params, hidden, jnp.array([a]))
                     probs = REWARD_SUPPORT.scalar_to_probs(labels[k, a])
                     term += -jnp.sum(probs * jax.nn.log_softmax(logits[0])) * mask[k, a]
+                    if threat_weight:
+                        _, value_logits = nets.prediction(params, after)
+                        counted = mask[k, a] * (threats[k, a] > 0)
+                        value_probs = VALUE_SUPPORT.scalar_to_probs(threats[k, a])
+                        threat_term += -jnp.sum(
+                            value_probs * jax.nn.log_softmax(value_logits[0])) * counted
+                        threat_count += counted
                 total += sg(weight * term / jnp.maximum(jnp.sum(mask[k]), 1.0), 1.0 / num_steps)
+                if threat_weight:
+                    total += sg(threat_weight * threat_term / jnp.maximum(threat_count, 1.0),
+                                1.0 / num_steps)
             out = nets.recurrent_inference(params, hidden, actions[k:k + 1])
             hidden = sg(out.hidden, 0.5)
         return total
 
+    threats = batch.target_action_threat
+    if threats is None:
+        threats = jnp.zeros_like(batch.target_action_reward)
     return jnp.mean(jax.vmap(example)(batch.observation, batch.actions,
-                                      batch.target_action_reward, batch.action_reward_mask))
+                                      batch.target_action_reward, batch.action_reward_mask,
+                                      threats))
 
 
 # Two covered steps exercise both the representation's and the dynamics' hidden
-# states; one alone is the same code with a shorter slice (slow: ~45 s of compile).
-@pytest.mark.parametrize("steps", [pytest.param(1, marks=pytest.mark.slow), 2])
-def test_action_reward_loss_matches_a_transcription(steps):
+# states, here with the threat-value term too; one step without it is the same
+# code with a shorter slice (slow: ~45 s of compile).
+@pytest.mark.parametrize("steps,threat_weight",
+                         [pytest.param(1, 0.0, marks=pytest.mark.slow), (2, 2.0)])
+def test_action_reward_loss_matches_a_transcription(steps, threat_weight):
     nets, obs_shape = _networks("mlp")
     params = _random_params(nets, obs_shape, 5)
     k, b = 3, 5
     batch = _random_batch(obs_shape, b, k, 11)
-    ks = jax.random.split(jax.random.key(12), 2)
+    ks = jax.random.split(jax.random.key(12), 3)
     labels = jax.random.choice(ks[0], jnp.array([-1.0, 0.0, 1.0]), (b, k, NUM_ACTIONS))
     mask = (jax.random.uniform(ks[1], (b, k, NUM_ACTIONS)) > 0.3).astype(jnp.float32)
     mask = mask.at[0, 0].set(0.0)  # a position with no labelled action counts 0
-    batch = batch._replace(target_action_reward=labels, action_reward_mask=mask)
+    # Threat labels: 1 (the replier wins at once) on ~40 % of actions, 0 elsewhere.
+    threats = (jax.random.uniform(ks[2], (b, k, NUM_ACTIONS)) > 0.6).astype(jnp.float32)
+    batch = batch._replace(target_action_reward=labels, action_reward_mask=mask,
+                           target_action_threat=threats if threat_weight else None)
+    kwargs = {"threat_value_loss_weight": threat_weight} if threat_weight else {}
 
     def expected(p):
         return pseudocode_loss(p, batch, nets) + _action_reward_transcription(
-            p, batch, nets, 3.0, steps)
+            p, batch, nets, 3.0, steps, threat_weight)
 
     (loss, metrics), grads = _loss_and_grads(params, batch, nets, action_reward_loss_weight=3.0,
-                                             action_reward_steps=steps)
+                                             action_reward_steps=steps, **kwargs)
     ref_loss, ref_grads = jax.value_and_grad(expected)(params)
     np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
     chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
     (base, base_metrics), _ = _loss_and_grads(params, batch, nets)
-    # Forward, scale_gradient is the identity: the term adds weight x metric.
-    np.testing.assert_allclose(loss - base, 3.0 * metrics.action_reward_loss, rtol=1e-4)
+    # Forward, scale_gradient is the identity: each term adds weight x metric.
+    np.testing.assert_allclose(
+        loss - base, 3.0 * metrics.action_reward_loss + threat_weight * metrics.threat_value_loss,
+        rtol=1e-4)
     assert base_metrics.action_reward_loss == 0.0 and float(metrics.action_reward_loss) > 0
-    # Masked labels do not count: changing them changes nothing.
+    assert (float(metrics.threat_value_loss) > 0) == bool(threat_weight)
+    # Masked labels do not count: changing them changes nothing (threat labels
+    # count only where positive and the action is labelled).
     moved = batch._replace(target_action_reward=jnp.where(mask > 0, labels, 7.0))
+    if threat_weight:
+        moved = moved._replace(target_action_threat=jnp.where(mask * threats > 0, threats, 0.0))
     (loss_moved, _), _ = _loss_and_grads(params, moved, nets, action_reward_loss_weight=3.0,
-                                         action_reward_steps=steps)
+                                         action_reward_steps=steps, **kwargs)
     np.testing.assert_allclose(loss_moved, loss, rtol=1e-6)
+    if threat_weight:
+        with pytest.raises(ValueError, match="needs action_reward_loss_weight"):
+            unrolled_loss(params, batch, networks=nets, value_support=VALUE_SUPPORT,
+                          reward_support=REWARD_SUPPORT, threat_value_loss_weight=1.0)
+        with pytest.raises(ValueError, match="target_action_threat"):
+            unrolled_loss(params, batch._replace(target_action_threat=None), networks=nets,
+                          value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
+                          action_reward_loss_weight=1.0, threat_value_loss_weight=1.0)
     with pytest.raises(ValueError, match="target_action_reward"):
         unrolled_loss(params, batch._replace(target_action_reward=None), networks=nets,
                       value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
