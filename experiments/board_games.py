@@ -308,7 +308,7 @@ def _every_move(networks, params, reward_support, hidden):
     return after, reward_support.logits_to_scalar(logits).reshape(n, num_actions)
 
 
-def model_knowledge(networks, params, reward_support, positions) -> dict:
+def model_knowledge(networks, params, reward_support, positions, value_support=None) -> dict:
     """What a learned model knows one and two plies deep, without search.
 
     On Connect Four's tactics positions: the dynamics' reward for every legal
@@ -323,16 +323,27 @@ def model_knowledge(networks, params, reward_support, positions) -> dict:
       of the best predicted reward of the opponent's reply, after moves that
       let the opponent win at once / after the others; `reply_picks_block`:
       the share of must-block positions where the move with the lowest such
-      reward is safe.
+      reward is safe. With `value_support`, also `value_after_losing` /
+      `value_after_safe`: in must-block positions, the mean value the
+      prediction gives the hidden state after a move (for the player to
+      reply there) after moves that let that player win at once / after the
+      others; and `value_picks_block`: the share of must-block positions where
+      the move with the lowest such value is safe (what the threat-value loss,
+      `threat_value_loss_weight`, trains).
     """
     @jax.jit
     def predict(obs):
         after, reward = _every_move(networks, params, reward_support,
                                     networks.representation(params, obs))
         _, reply = _every_move(networks, params, reward_support, after)  # [N * A, A]
-        return reward, reply.max(axis=-1).reshape(reward.shape)
+        if value_support is None:
+            value = jnp.zeros_like(reward)
+        else:
+            value = value_support.logits_to_scalar(
+                networks.prediction(params, after)[1]).reshape(reward.shape)
+        return reward, reply.max(axis=-1).reshape(reward.shape), value
 
-    reward, reply = (np.asarray(x) for x in predict(positions.observation))
+    reward, reply, value = (np.asarray(x) for x in predict(positions.observation))
     legal, wins, loses = (np.asarray(x) for x in (positions.legal_action_mask, positions.wins,
                                                   positions.loses))
     has_win, block = np.asarray(positions.has_win), np.asarray(positions.must_block)
@@ -340,7 +351,7 @@ def model_knowledge(networks, params, reward_support, positions) -> dict:
     best = np.argmax(np.where(legal, reward, -np.inf), axis=1)
     safest = np.argmin(np.where(legal, reply, np.inf), axis=1)
     in_block = block[:, None] & legal
-    return {
+    out = {
         "reward_picks_win": float(wins[rows, best][has_win].mean()),
         "reward_on_wins": float(reward[wins & has_win[:, None]].mean()),
         "reward_on_others": float(reward[legal & ~wins & has_win[:, None]].mean()),
@@ -348,6 +359,12 @@ def model_knowledge(networks, params, reward_support, positions) -> dict:
         "reply_reward_after_safe": float(reply[in_block & ~loses].mean()),
         "reply_picks_block": float((legal & ~loses)[rows, safest][block].mean()),
     }
+    if value_support is not None:
+        calmest = np.argmin(np.where(legal, value, np.inf), axis=1)
+        out.update(value_after_losing=float(value[in_block & loses].mean()),
+                   value_after_safe=float(value[in_block & ~loses].mean()),
+                   value_picks_block=float((legal & ~loses)[rows, calmest][block].mean()))
+    return out
 
 
 def self_play_knowledge(networks, params, reward_support, data, max_rows: int = 4096) -> dict:
@@ -396,7 +413,8 @@ def model_report(logdir: str) -> dict:
     finally:
         checkpointer.close()
     args = (trainer.networks, restored.params, trainer.reward_support)
-    row = {"run": logdir, "step": step, **model_knowledge(*args, _connect_four_positions())}
+    row = {"run": logdir, "step": step, **model_knowledge(
+        *args, _connect_four_positions(), value_support=trainer.value_support)}
     if labelled:
         row.update(self_play_knowledge(*args, restored.state.replay.data))
     print(json.dumps(row))

@@ -56,6 +56,7 @@ def test_model_knowledge_scores_an_oracle_model_perfect_and_its_opposite_zero():
     n, a = positions.legal_action_mask.shape
     assert positions.has_win.any() and positions.must_block.any()
     support = make_support(2)
+    value_support = make_support(3)
 
     def networks(sign):
         # Hidden state: the position's index (root) or n * (move + 1) + index (after a move).
@@ -72,16 +73,26 @@ def test_model_knowledge_scores_an_oracle_model_perfect_and_its_opposite_zero():
             logits = jnp.log(support.scalar_to_probs(sign * label) + 1e-9)
             return jnp.where(root, n * (action + 1) + index, hidden), logits
 
-        return types.SimpleNamespace(num_actions=a, representation=representation,
-                                     dynamics=dynamics)
+        def prediction(params, hidden):
+            # The value after a move, for the player to reply: 1 where they win at once.
+            index, move = hidden % n, jnp.maximum(hidden // n - 1, 0)
+            value = jnp.where(hidden < n, 0.0, positions.loses[index, move].astype(jnp.float32))
+            return None, jnp.log(value_support.scalar_to_probs(sign * value) + 1e-9)
 
-    oracle = model_knowledge(networks(1.0), None, support, positions)
+        return types.SimpleNamespace(num_actions=a, representation=representation,
+                                     dynamics=dynamics, prediction=prediction)
+
+    oracle = model_knowledge(networks(1.0), None, support, positions, value_support)
     assert oracle["reward_picks_win"] == 1.0 and oracle["reply_picks_block"] == 1.0
+    assert oracle["value_picks_block"] == 1.0
     np.testing.assert_allclose([oracle["reward_on_wins"], oracle["reward_on_others"],
                                 oracle["reply_reward_after_losing"],
-                                oracle["reply_reward_after_safe"]], [1, 0, 1, 0], atol=1e-3)
-    opposite = model_knowledge(networks(-1.0), None, support, positions)
+                                oracle["reply_reward_after_safe"],
+                                oracle["value_after_losing"], oracle["value_after_safe"]],
+                               [1, 0, 1, 0, 1, 0], atol=1e-3)
+    opposite = model_knowledge(networks(-1.0), None, support, positions, value_support)
     assert opposite["reward_picks_win"] == 0.0 and opposite["reply_picks_block"] == 0.0
+    assert opposite["value_picks_block"] == 0.0
     # The same positions as replay rows [devices, envs, time, ...] labelled with their wins.
     rows = types.SimpleNamespace(
         observation=positions.observation[None, None],
