@@ -17,6 +17,8 @@ as their raw `uint32` key data and re-wrapped on restore.
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import warnings
 from typing import Any, NamedTuple
@@ -222,10 +224,15 @@ class Checkpointer:
             )
         target = abstract_state(trainer)
         names = ("params",) if params_only else _STATE_ITEMS
-        args = {f: ocp.args.StandardRestore({f: getattr(target, f)}) for f in names}
+        # Optional fields added since the checkpoint was written (None in
+        # this version's state, absent on disk) are left out of the restore
+        # and put back as None.
+        fitted = {f: _drop_absent_none({f: getattr(target, f)},
+                                       _saved_paths(self._step_dir(step), f)) for f in names}
+        args = {f: ocp.args.StandardRestore(fitted[f]) for f in names}
         try:
             out = self._manager.restore(step, args=ocp.args.Composite(**args))
-            restored = {f: out[f][f] for f in names}
+            restored = {f: _refill_none(out[f], {f: getattr(target, f)})[f] for f in names}
         except Exception as e:  # noqa: BLE001 - any failure means unusable
             raise CheckpointError(
                 f"checkpoint {self._step_dir(step)} does not match the config or is corrupt "
@@ -255,6 +262,52 @@ class Checkpointer:
     def close(self) -> None:
         """Waits for pending writes and releases the manager."""
         self._manager.close()
+
+
+def _saved_paths(step_dir: str, item: str) -> set[tuple[str, ...]] | None:
+    """The key paths of the leaves saved in `step_dir/item` (orbax's tree
+    metadata, None fields included), or None when that cannot be read."""
+    try:
+        with open(os.path.join(step_dir, item, "_METADATA")) as f:
+            tree = json.load(f)["tree_metadata"]
+        return {tuple(str(k) for k in ast.literal_eval(path)) for path in tree}
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError):
+        return None
+
+
+def _drop_absent_none(tree: Any, saved: set[tuple[str, ...]] | None, prefix=()) -> Any:
+    """`tree` with every None field of a NamedTuple that is not among the
+    `saved` paths left out (that NamedTuple becomes a dict of the rest)."""
+    if saved is None:
+        return tree
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        kept = {k: _drop_absent_none(v, saved, prefix + (k,))
+                for k, v in zip(tree._fields, tree)
+                if v is not None or prefix + (k,) in saved}
+        if len(kept) == len(tree._fields):
+            return type(tree)(**kept)
+        return kept
+    if isinstance(tree, dict):
+        return {k: _drop_absent_none(v, saved, prefix + (str(k),)) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(_drop_absent_none(v, saved, prefix + (str(i),))
+                          for i, v in enumerate(tree))
+    return tree
+
+
+def _refill_none(restored: Any, like: Any) -> Any:
+    """Undoes `_drop_absent_none`: the structure of `like`, the fields left
+    out as None."""
+    if isinstance(like, tuple) and hasattr(like, "_fields"):
+        if isinstance(restored, dict):
+            return type(like)(**{k: _refill_none(restored[k], v) if k in restored else None
+                                 for k, v in zip(like._fields, like)})
+        return type(like)(*(_refill_none(r, v) for r, v in zip(restored, like)))
+    if isinstance(like, dict):
+        return {k: _refill_none(restored[k], v) for k, v in like.items()}
+    if isinstance(like, list | tuple):
+        return type(like)(_refill_none(r, v) for r, v in zip(restored, like))
+    return restored
 
 
 def _with_defaults(saved: dict[str, Any]) -> dict[str, Any]:

@@ -241,3 +241,33 @@ def test_checkpoint_from_before_new_config_fields_still_loads(resumed_runs, tmp_
     other = make_train(preset("catch", seed=2, **dict(TINY, exploration_plies=3)))
     with pytest.raises(CheckpointError, match="exploration_plies"):
         Checkpointer(directory).restore(other)
+
+
+def test_checkpoint_from_before_new_replay_fields_still_resumes(resumed_runs, tmp_path):
+    # Optional replay fields (`Trajectory.action_rewards`, `action_threats`)
+    # are None when their option is off and stored as such; a checkpoint
+    # written before a field existed has no entry for it at all. Here the
+    # entries are taken out of a saved step's tree metadata, which is what
+    # such a checkpoint holds: it restores, the fields come back None, and the
+    # run goes on.
+    config, trainer, (a, full), _ = resumed_runs
+    directory = str(tmp_path / "old")
+    shutil.copytree(os.path.join(a, "checkpoints"), directory)
+    meta_file = os.path.join(directory, "4", "replay", "_METADATA")
+    with open(meta_file) as f:
+        meta = json.load(f)
+    optional = ("action_rewards", "action_threats")
+    dropped = [k for k in meta["tree_metadata"] if any(f"'{n}'" in k for n in optional)]
+    assert len(dropped) == 2
+    for k in dropped:
+        del meta["tree_metadata"][k]
+    with open(meta_file, "w") as f:
+        json.dump(meta, f)
+    restored = Checkpointer(directory).restore(trainer)
+    data = restored.state.replay.data
+    assert type(data).__name__ == "Trajectory"
+    assert data.action_rewards is None and data.action_threats is None
+    for x, y in zip(_leaves(full.state), _leaves(restored.state)):
+        np.testing.assert_array_equal(x, y)
+    state, metrics = trainer.iteration(restored.state)
+    assert bool(metrics.finite)
