@@ -19,7 +19,10 @@ computed over the whole game tree (`exact_tic_tac_toe`) rather than sampled.
 For Connect Four each evaluation also records `tactics`: on 1,024 positions
 from random play, the share of immediate wins the agent takes and of forced
 blocks it makes (`muzero_jax.arena.tactics_score`; MCTS-200 scores 1.00 and
-0.94 on them: `python experiments/board_games.py --tactics-of mcts`).
+0.94 on them: `python experiments/board_games.py --tactics-of mcts`), and
+`in_games`: the same two shares in the evaluation's own games, for the agent
+and for the opponent, and what the agent's lost games began with
+(`muzero_jax.arena.match_tactics`).
 `--tactics-of RUN --simulations 1,16,128` scores a run of `muzero-jax train`
 on the same positions instead of training.
 
