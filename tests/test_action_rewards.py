@@ -94,8 +94,8 @@ def test_the_option_changes_the_update():
 
 
 def test_symmetries_move_the_labels_with_the_policy():
-    """Per-action labels and their mask are indexed like the policy, so they
-    move by the same map: labels equal to the policy targets (and a mask
+    """Per-action labels (rewards, threats) and their mask are indexed like
+    the policy, so they move by the same map: labels equal to the policy targets (and a mask
     derived from them) stay so after the moves."""
     symmetries = game_symmetries("tic_tac_toe", (3, 3, 2))
     b, k = 32, 2
@@ -108,12 +108,14 @@ def test_symmetries_move_the_labels_with_the_policy():
         value_mask=jnp.ones((b, k + 1)), reward_mask=jnp.ones((b, k + 1)),
         policy_mask=jnp.ones((b, k + 1)), importance_weight=jnp.ones((b,)),
         target_action_reward=policy[:, :k],
-        action_reward_mask=(policy[:, :k] > 0.1).astype(jnp.float32))
+        action_reward_mask=(policy[:, :k] > 0.1).astype(jnp.float32),
+        target_action_threat=2.0 * policy[:, :k])
     out = augment_batch(batch, symmetries, jax.random.key(1))
     assert not np.array_equal(out.target_policy, policy)  # something moved
     np.testing.assert_array_equal(out.target_action_reward, out.target_policy[:, :k])
     np.testing.assert_array_equal(out.action_reward_mask,
                                   (out.target_policy[:, :k] > 0.1).astype(np.float32))
+    np.testing.assert_array_equal(out.target_action_threat, 2.0 * out.target_policy[:, :k])
 
 
 def test_refusals_before_compiling():
