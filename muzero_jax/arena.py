@@ -23,6 +23,9 @@ second, and returns win / draw / loss rates for each seat.
 `tactical_positions` and `tactics_score` measure something cheaper than
 matches: how often a player takes an immediate win and blocks the opponent's
 immediate win, on positions from random play labelled with the real game.
+`evaluate_against(..., tactics=True)` measures the same in the matches
+themselves (`play_games(..., record_tactics=True)`, `match_tactics`), for
+both players, and says what the agent's lost games began with.
 """
 
 from __future__ import annotations
