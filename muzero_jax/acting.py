@@ -116,6 +116,7 @@ def make_act_step(
     exploration_plies: int = 0,
     action_rewards: bool = False,
     action_threats: bool = False,
+    reply_labels: bool = False,
 ):
     """Returns `act_step(params, actor, rng_key, temperature) -> (actor, row, stats)`.
 
@@ -132,6 +133,9 @@ def make_act_step(
     `Trajectory.action_threats`: from each of those states the environment is
     stepped once more per reply, and an action is labelled with the best
     positive reward of a reply that ends the game (0 where there is none).
+    With `reply_labels`, each row also carries, for every action, one reply
+    and its reward (`Trajectory.action_replies`, `reply_rewards`): the reply
+    with the highest positive reward, else a uniformly random legal one.
 
     `row` is the `Trajectory` row (leaves `[B, ...]`) of the current timestep:
     its observation, the search's policy and root value, the action taken.
@@ -152,7 +156,24 @@ def make_act_step(
 
     every_action_threat = jax.vmap(jax.vmap(reply_threat, in_axes=(None, 0)), in_axes=(0, None))
 
+    def one_reply(state, a, key):
+        """`(reply, its reward)` after action `a`: the best positive-reward reply,
+        else a random legal one; `(-1, 0)` where `a` ends the episode."""
+        after, ts_a = env.step(state, a)
+        replies = jnp.arange(env.num_actions, dtype=jnp.int32)
+        reward = jax.vmap(lambda b: env.step(after, b)[1].reward)(replies)
+        legal = ts_a.legal_action_mask
+        best = jnp.argmax(jnp.where(legal, reward, -jnp.inf))
+        random = jax.random.categorical(key, jnp.where(legal, 0.0, -jnp.inf))
+        reply = jnp.where(reward[best] > 0, best, random).astype(jnp.int32)
+        ok = ~ts_a.last & jnp.any(legal)
+        return jnp.where(ok, reply, -1), jnp.where(ok, reward[reply], 0.0)
+
+    every_action_reply = jax.vmap(jax.vmap(one_reply, in_axes=(None, 0, 0)), in_axes=(0, None, 0))
+
     def act_step(params, actor: ActorState, rng_key, temperature):
+        if reply_labels:  # only then: the other options' draws stay as they were
+            rng_key, reply_key = jax.random.split(rng_key)
         search_key, action_key = jax.random.split(rng_key)
         ts = actor.timestep
         if exploration_plies:
@@ -193,6 +214,15 @@ def make_act_step(
                 actor.env_state, jnp.arange(env.num_actions, dtype=jnp.int32))
             legal = ts.legal_action_mask & ~ts.last[:, None]
             row = row._replace(action_threats=jnp.where(legal, threats, 0.0).astype(jnp.float32))
+        if reply_labels:
+            b, a = ts.legal_action_mask.shape
+            replies, reply_rewards = every_action_reply(
+                actor.env_state, jnp.arange(a, dtype=jnp.int32),
+                jax.random.split(reply_key, (b, a)))
+            legal = ts.legal_action_mask & ~ts.last[:, None] & (replies >= 0)
+            row = row._replace(
+                action_replies=jnp.where(legal, replies, -1).astype(jnp.int32),
+                reply_rewards=jnp.where(legal, reply_rewards, 0.0).astype(jnp.float32))
         env_state, next_ts = batched_step(actor.env_state, action)
         # Returns from player 0's point of view: in two-player games the reward
         # is the mover's, i.e. player `to_play` of the previous timestep.

@@ -91,6 +91,17 @@ class Config:
         sampled positions, which moves let the opponent win at once (a missed
         block), including moves never played. When > 0 the loss gets
         `threat_value_loss_weight=` and the batch `target_action_threat`.
+      reply_reward_loss_weight: weight of a reward loss one move deeper
+        (0: off; needs `action_reward_loss_weight` > 0). While acting, the
+        environment is also stepped once per reply after each action; for
+        each action one reply is kept, the one with the highest positive
+        reward (e.g. the opponent's winning move) or else a uniformly random
+        legal one, with its reward. The learner applies the dynamics to that
+        reply from each every-action hidden state and trains the reward head
+        on it: exact labels, both ways, for moves never played, at the
+        cost of one more dynamics call on batch * num_actions rows per
+        covered step. When > 0 the loss gets `reply_reward_loss_weight=` and
+        the batch `target_reply` and `target_reply_reward`.
       augment_symmetries: train on each sampled example moved by a random
         symmetry of the board (AlphaGo Zero's augmentation: Connect Four's
         mirror, the square's eight for TicTacToe and Go): observations,
@@ -169,6 +180,7 @@ class Config:
     action_reward_loss_weight: float = 0.0
     action_reward_steps: int = 1
     threat_value_loss_weight: float = 0.0
+    reply_reward_loss_weight: float = 0.0
     augment_symmetries: bool = False
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
@@ -217,6 +229,7 @@ class Config:
         for name in ("weight_decay", "max_grad_norm", "value_loss_weight",
                      "reward_loss_weight", "consistency_loss_weight",
                      "action_reward_loss_weight", "threat_value_loss_weight",
+                     "reply_reward_loss_weight",
                      "priority_alpha",
                      "target_ema", "momentum"):
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
@@ -256,6 +269,11 @@ class Config:
                 f"threat_value_loss_weight={self.threat_value_loss_weight} needs "
                 "action_reward_loss_weight > 0: it trains the value after the same "
                 "every-action dynamics")
+        if self.reply_reward_loss_weight > 0 and not self.action_reward_loss_weight > 0:
+            raise ValueError(
+                f"reply_reward_loss_weight={self.reply_reward_loss_weight} needs "
+                "action_reward_loss_weight > 0: it steps on from the same every-action "
+                "dynamics")
         if not isinstance(self.augment_symmetries, bool):
             raise ValueError(
                 f"augment_symmetries must be true or false, got {self.augment_symmetries!r}")

@@ -108,6 +108,7 @@ class IterationMetrics(NamedTuple):
     consistency_loss: chex.Array
     action_reward_loss: chex.Array
     threat_value_loss: chex.Array
+    reply_reward_loss: chex.Array
     learning_rate: chex.Array
     temperature: chex.Array
     learned: chex.Array
@@ -302,7 +303,8 @@ def make_train(
         `action_reward_loss_weight=` and `action_reward_steps=` (its batch then has
         `target_action_reward` and `action_reward_mask`), and with
         `config.threat_value_loss_weight > 0` `threat_value_loss_weight=` (and
-        `target_action_threat`).
+        `target_action_threat`), and with `config.reply_reward_loss_weight > 0`
+        `reply_reward_loss_weight=` (and `target_reply`, `target_reply_reward`).
       compiler_options: XLA options for compiling `iteration` and `evaluate`
         (default: `default_compiler_options()`).
       num_seeds: S > 1 runs S independent seeds in one program (`jax.vmap`
@@ -332,6 +334,7 @@ def make_train(
     consistency = config.consistency_loss_weight > 0
     action_reward = config.action_reward_loss_weight > 0
     threat = config.threat_value_loss_weight > 0
+    reply = config.reply_reward_loss_weight > 0
     if threat and env.num_players != 2:
         raise ValueError(f"threat_value_loss_weight needs a two-player game; {env.name!r} has "
                          f"{env.num_players} player(s)")
@@ -347,6 +350,8 @@ def make_train(
         extra_loss_kwargs["action_reward_steps"] = config.action_reward_steps
     if threat:
         extra_loss_kwargs["threat_value_loss_weight"] = config.threat_value_loss_weight
+    if reply:
+        extra_loss_kwargs["reply_reward_loss_weight"] = config.reply_reward_loss_weight
     if loss_fn is not None:
         for name in extra_loss_kwargs:
             _check_accepts(loss_fn, name)
@@ -419,6 +424,7 @@ def make_train(
         exploration_plies=config.exploration_plies,
         action_rewards=action_reward,
         action_threats=threat,
+        reply_labels=reply,
     )
     rollout = make_rollout(act_step, config.rollout_length)
     loss_fn = functools.partial(
@@ -492,6 +498,9 @@ def make_train(
                                     * seqs.legal_action_mask[:, :k].astype(jnp.float32)))
         if threat:
             batch = batch._replace(target_action_threat=seqs.action_threats[:, :k])
+        if reply:
+            batch = batch._replace(target_reply=seqs.action_replies[:, :k],
+                                   target_reply_reward=seqs.reply_rewards[:, :k])
         if config.augment_symmetries:
             batch = augment_batch(batch, env.symmetries, augment_key)
         params, opt_state, grad_norm, metrics = learner_step(params, opt_state, batch)
@@ -512,6 +521,7 @@ def make_train(
             jnp.asarray(metrics.consistency_loss, jnp.float32),
             jnp.asarray(metrics.action_reward_loss, jnp.float32),
             jnp.asarray(metrics.threat_value_loss, jnp.float32),
+            jnp.asarray(metrics.reply_reward_loss, jnp.float32),
         )
         return (params, target_params, opt_state, replay, updates), out
 
@@ -544,7 +554,7 @@ def make_train(
 
         def skip(operand):
             zero = jnp.zeros((), jnp.float32)
-            return operand, (zero,) * 10
+            return operand, (zero,) * 11
 
         operand = (state.params, state.target_params, state.opt_state, replay,
                    counters.updates)
@@ -554,9 +564,8 @@ def make_train(
         finite = jnp.all(jnp.asarray(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)] + [jnp.isfinite(outs[0])]
         ))
-        loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss, ar_loss, tv_loss = (
-            jax.lax.pmean(o, AXIS) for o in outs
-        )
+        (loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss, ar_loss, tv_loss,
+         rr_loss) = (jax.lax.pmean(o, AXIS) for o in outs)
         ep = jax.tree.map(lambda x: jax.lax.psum(x, AXIS), stats)
         metrics = IterationMetrics(
             loss=loss, value_loss=v_loss, reward_loss=r_loss, policy_loss=p_loss,
@@ -564,6 +573,7 @@ def make_train(
             consistency_loss=c_loss,
             action_reward_loss=ar_loss,
             threat_value_loss=tv_loss,
+            reply_reward_loss=rr_loss,
             learning_rate=jnp.asarray(lr_schedule(jnp.maximum(updates - 1, 0)), jnp.float32),
             temperature=temperature,
             learned=can_learn.astype(jnp.float32),
@@ -619,7 +629,7 @@ def make_train(
         def local_init(key):
             actor_key, rng = jax.random.split(key)
             actor = init_actor(env, actor_key, local_envs)
-            row = _example_row(env, action_reward, threat)
+            row = _example_row(env, action_reward, threat, reply)
             return buffer.init(row), actor, rng
 
         replay, actor, rngs = jax.vmap(local_init)(jax.random.split(device_key, num_devices))
@@ -677,7 +687,7 @@ def make_train(
 
 
 def _example_row(env: Environment, action_rewards: bool = False,
-                 action_threats: bool = False) -> Trajectory:
+                 action_threats: bool = False, reply_labels: bool = False) -> Trajectory:
     a = env.num_actions
     return Trajectory(
         observation=jnp.zeros(env.observation_shape, jnp.float32),
@@ -693,6 +703,8 @@ def _example_row(env: Environment, action_rewards: bool = False,
         search_value=jnp.zeros((), jnp.float32),
         action_rewards=jnp.zeros((a,), jnp.float32) if action_rewards else None,
         action_threats=jnp.zeros((a,), jnp.float32) if action_threats else None,
+        action_replies=jnp.zeros((a,), jnp.int32) if reply_labels else None,
+        reply_rewards=jnp.zeros((a,), jnp.float32) if reply_labels else None,
     )
 
 

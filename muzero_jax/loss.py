@@ -63,6 +63,11 @@ class LossBatch(NamedTuple):
         reward (that reward); 0 where unknown (only the threat-value loss
         reads it, where it is positive and `action_reward_mask` is 1; None
         without it).
+      target_reply: `[B, K, A]` int32, for each action from the position at
+        step k, one reply from the position it leads to (-1: none), and
+      target_reply_reward: `[B, K, A]` that reply's reward for its mover
+        (only the reply-reward loss reads them, where the reply is >= 0 and
+        `action_reward_mask` is 1; None without it).
     """
 
     observation: chex.Array
@@ -78,6 +83,8 @@ class LossBatch(NamedTuple):
     target_action_reward: chex.Array | None = None
     action_reward_mask: chex.Array | None = None
     target_action_threat: chex.Array | None = None
+    target_reply: chex.Array | None = None
+    target_reply_reward: chex.Array | None = None
 
 
 class LossMetrics(NamedTuple):
@@ -100,6 +107,9 @@ class LossMetrics(NamedTuple):
       threat_value_loss: value cross-entropy after every action labelled as
         a threat, averaged over those actions of a position, summed over the
         steps the term covers (unweighted; 0 when it is off).
+      reply_reward_loss: reward cross-entropy of the labelled reply after
+        every action, averaged over the labelled actions of a position,
+        summed over the steps the term covers (unweighted; 0 when it is off).
     """
 
     loss: chex.Array
@@ -113,6 +123,7 @@ class LossMetrics(NamedTuple):
     consistency_loss: chex.Array = 0.0
     action_reward_loss: chex.Array = 0.0
     threat_value_loss: chex.Array = 0.0
+    reply_reward_loss: chex.Array = 0.0
 
 
 def _unit(x: chex.Array, eps: float = 1e-5) -> chex.Array:
@@ -137,6 +148,7 @@ def unrolled_loss(
     action_reward_loss_weight: float = 0.0,
     action_reward_steps: int | None = None,
     threat_value_loss_weight: float = 0.0,
+    reply_reward_loss_weight: float = 0.0,
 ) -> tuple[chex.Array, LossMetrics]:
     """MuZero's loss over K unroll steps, with the paper's gradient scaling.
 
@@ -157,7 +169,13 @@ def unrolled_loss(
     weight times the value cross-entropy of the prediction at each of those
     every-action hidden states against `batch.target_action_threat`, averaged
     over the actions it labels (where it is positive: the player to reply
-    can win at once, so the position is worth that to them). Each term
+    can win at once, so the position is worth that to them), plus, for
+    `reply_reward_loss_weight` > 0 (which needs the action-reward term too),
+    that weight times the reward cross-entropy of the dynamics applied once
+    more, from each of those hidden states (gradient scaled by 0.5 as
+    between unroll steps), to its labelled reply
+    (`batch.target_reply`) against `batch.target_reply_reward`, averaged over
+    the labelled actions. Each term
     is masked by its mask; the total is
     `sum_k scale_gradient(l_k, 1 / K if k > 0 else 1)`, weighted per example by
     `importance_weight` and averaged over the batch. All targets are wrapped in
@@ -192,6 +210,10 @@ def unrolled_loss(
       threat_value_loss_weight: weight of the threat-value term (0, off, in
         MuZero). Needs `action_reward_loss_weight` > 0 (it reads the value of
         the same every-action hidden states) and `batch.target_action_threat`.
+      reply_reward_loss_weight: weight of the reply-reward term (0, off, in
+        MuZero). Needs `action_reward_loss_weight` > 0 and
+        `batch.target_reply` / `batch.target_reply_reward`. Costs one more
+        dynamics call on B * A rows for each covered step.
 
     Returns:
       `(loss, metrics)`: the scalar loss and a `LossMetrics`.
@@ -241,6 +263,20 @@ def unrolled_loss(
         target_threat = jax.lax.stop_gradient(batch.target_action_threat)
         threat_probs = value_support.scalar_to_probs(target_threat)  # [B, K, A, bins]
         threat_mask = action_reward_mask * (target_threat > 0)
+    reply = reply_reward_loss_weight > 0
+    if reply:
+        if not action_reward:
+            raise ValueError("reply_reward_loss_weight > 0 needs action_reward_loss_weight > 0 "
+                             "(it steps on from the same every-action dynamics)")
+        if batch.target_reply is None or batch.target_reply_reward is None:
+            raise ValueError("reply_reward_loss_weight > 0 needs a batch with "
+                             "target_reply and target_reply_reward")
+        chex.assert_shape([batch.target_reply, batch.target_reply_reward],
+                          (batch_size, num_steps, num_actions))
+        target_reply = jax.lax.stop_gradient(batch.target_reply)
+        reply_probs = reward_support.scalar_to_probs(
+            jax.lax.stop_gradient(batch.target_reply_reward))  # [B, K, A, bins]
+        reply_mask = action_reward_mask * (target_reply >= 0)
 
     targets = jax.lax.stop_gradient(
         (batch.target_value, batch.target_reward, batch.target_policy)
@@ -290,7 +326,8 @@ def unrolled_loss(
 
     def action_reward_terms(sources):
         """`[S, B]` reward CE of every labelled action from the first S source
-        states, and `[S, B]` the threat-value CE (zeros when that is off).
+        states, `[S, B]` the threat-value CE and `[S, B]` the reply-reward CE
+        (zeros when those are off).
 
         `sources` `[S, B, ...]`: the hidden state each of the first S recurrent
         steps takes its action from. One batched dynamics call on S * B * A rows
@@ -305,13 +342,23 @@ def unrolled_loss(
         probs = jnp.swapaxes(action_reward_probs[:, :covered], 0, 1)  # [S, B, A, bins]
         mask = jnp.swapaxes(action_reward_mask[:, :covered], 0, 1)  # [S, B, A]
         reward_ce = mean_over_actions(_masked_ce(logits, probs), mask)
-        if not threat:
-            return reward_ce, jnp.zeros_like(reward_ce)
-        _, value_logits = networks.prediction(params, after)
-        value_logits = value_logits.reshape(lead + value_logits.shape[1:])
-        t_probs = jnp.swapaxes(threat_probs[:, :covered], 0, 1)
-        t_mask = jnp.swapaxes(threat_mask[:, :covered], 0, 1)
-        return reward_ce, mean_over_actions(_masked_ce(value_logits, t_probs), t_mask)
+        threat_ce = reply_ce = jnp.zeros_like(reward_ce)
+        if threat:
+            _, value_logits = networks.prediction(params, after)
+            value_logits = value_logits.reshape(lead + value_logits.shape[1:])
+            t_probs = jnp.swapaxes(threat_probs[:, :covered], 0, 1)
+            t_mask = jnp.swapaxes(threat_mask[:, :covered], 0, 1)
+            threat_ce = mean_over_actions(_masked_ce(value_logits, t_probs), t_mask)
+        if reply:
+            replies = jnp.swapaxes(target_reply[:, :covered], 0, 1)  # [S, B, A]
+            # One more recurrent step: its hidden state's gradient is halved too.
+            _, r_logits = networks.dynamics(params, scale_gradient(after, 0.5),
+                                            jnp.maximum(replies, 0).reshape(-1).astype(jnp.int32))
+            r_logits = r_logits.reshape(lead + r_logits.shape[1:])
+            r_probs = jnp.swapaxes(reply_probs[:, :covered], 0, 1)
+            r_mask = jnp.swapaxes(reply_mask[:, :covered], 0, 1)
+            reply_ce = mean_over_actions(_masked_ce(r_logits, r_probs), r_mask)
+        return reward_ce, threat_ce, reply_ce
 
     # Step 0: initial inference, no reward loss, gradient scale 1.
     out0 = networks.initial_inference(params, batch.observation)
@@ -338,12 +385,12 @@ def unrolled_loss(
     per_example = loss0 + jnp.sum(l_steps, axis=0)  # [B]
     if action_reward:
         # The every-action term of step k belongs to step k's loss (scaled 1 / K).
-        ar_steps, tv_steps = action_reward_terms(sources[:covered])  # [S, B] each
+        ar_steps, tv_steps, rr_steps = action_reward_terms(sources[:covered])  # [S, B] each
         per_example = per_example + jnp.sum(scale_gradient(
-            action_reward_loss_weight * ar_steps + threat_value_loss_weight * tv_steps,
-            1.0 / num_steps), axis=0)
+            action_reward_loss_weight * ar_steps + threat_value_loss_weight * tv_steps
+            + reply_reward_loss_weight * rr_steps, 1.0 / num_steps), axis=0)
     else:
-        ar_steps = tv_steps = jnp.zeros((1, batch_size), jnp.float32)
+        ar_steps = tv_steps = rr_steps = jnp.zeros((1, batch_size), jnp.float32)
     loss = jnp.mean(per_example * weight)
 
     log_probs = jax.nn.log_softmax(out0.policy_logits)
@@ -360,5 +407,6 @@ def unrolled_loss(
         consistency_loss=jnp.mean(jnp.sum(c_steps, axis=0)),
         action_reward_loss=jnp.mean(jnp.sum(ar_steps, axis=0)),
         threat_value_loss=jnp.mean(jnp.sum(tv_steps, axis=0)),
+        reply_reward_loss=jnp.mean(jnp.sum(rr_steps, axis=0)),
     )
     return loss, metrics

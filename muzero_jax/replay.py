@@ -81,6 +81,13 @@ class Trajectory(NamedTuple):
         its mover); 0 elsewhere, for illegal actions and on `last` rows.
         Labelled by stepping the environment once per action and reply; only
         with `Config.threat_value_loss_weight > 0`, None otherwise.
+      action_replies: `[A]` int32, for each action, one reply from the state
+        it leads to: the one with the highest positive reward if there is
+        one, else a uniformly random legal reply; -1 for illegal actions,
+        actions that end the episode and on `last` rows. Only with
+        `Config.reply_reward_loss_weight > 0`, None otherwise.
+      reply_rewards: `[A]` float32, the reward of that reply for its mover
+        (0 where the reply is -1); with `action_replies`.
     """
 
     observation: Array
@@ -96,6 +103,8 @@ class Trajectory(NamedTuple):
     search_value: Array
     action_rewards: Array | None = None
     action_threats: Array | None = None
+    action_replies: Array | None = None
+    reply_rewards: Array | None = None
 
 
 class ReplayState(NamedTuple):

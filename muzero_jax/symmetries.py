@@ -177,4 +177,12 @@ def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
     if getattr(batch, "target_action_threat", None) is not None:
         moved = moved._replace(target_action_threat=jnp.take_along_axis(
             batch.target_action_threat, act_index[s][:, None, :], axis=2))
+    if getattr(batch, "target_reply", None) is not None:
+        # Per action, like the policy; the replies are actions, mapped like `actions`.
+        reply = jnp.take_along_axis(batch.target_reply, act_index[s][:, None, :], axis=2)
+        mapped = jax.vmap(lambda m, r: m[jnp.maximum(r, 0)])(act_map[s], reply)
+        moved = moved._replace(
+            target_reply=jnp.where(reply >= 0, mapped, -1).astype(batch.target_reply.dtype),
+            target_reply_reward=jnp.take_along_axis(
+                batch.target_reply_reward, act_index[s][:, None, :], axis=2))
     return moved

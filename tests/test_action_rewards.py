@@ -109,13 +109,21 @@ def test_symmetries_move_the_labels_with_the_policy():
         policy_mask=jnp.ones((b, k + 1)), importance_weight=jnp.ones((b,)),
         target_action_reward=policy[:, :k],
         action_reward_mask=(policy[:, :k] > 0.1).astype(jnp.float32),
-        target_action_threat=2.0 * policy[:, :k])
+        target_action_threat=2.0 * policy[:, :k],
+        # Each action's reply is the action itself (or -1): moved per action and
+        # mapped as an action, it stays so.
+        target_reply=jnp.where(policy[:, :k] > 0.2, -1, jnp.arange(9)).astype(jnp.int32),
+        target_reply_reward=3.0 * policy[:, :k])
     out = augment_batch(batch, symmetries, jax.random.key(1))
     assert not np.array_equal(out.target_policy, policy)  # something moved
     np.testing.assert_array_equal(out.target_action_reward, out.target_policy[:, :k])
     np.testing.assert_array_equal(out.action_reward_mask,
                                   (out.target_policy[:, :k] > 0.1).astype(np.float32))
     np.testing.assert_array_equal(out.target_action_threat, 2.0 * out.target_policy[:, :k])
+    np.testing.assert_array_equal(out.target_reply_reward, 3.0 * out.target_policy[:, :k])
+    np.testing.assert_array_equal(
+        out.target_reply, np.where(out.target_policy[:, :k] > 0.2, -1, np.arange(9)))
+    assert (out.target_reply == -1).any()
 
 
 def test_refusals_before_compiling():
@@ -189,3 +197,47 @@ def test_threat_values_refusals():
     with pytest.raises(ValueError, match="does not accept threat_value_loss_weight"):
         make_train(_tiny(action_reward_loss_weight=1.0, threat_value_loss_weight=1.0),
                    loss_fn=old_style_loss)
+
+
+def test_self_play_keeps_one_reply_per_move_the_winning_one_first():
+    """With `reply_reward_loss_weight`, each TicTacToe row keeps, per move
+    that leaves the game on, one legal reply: a winning one whenever the
+    opponent can win at once (reward 1), else one that does not win (reward
+    0); -1 and 0 for illegal moves, moves that end the game and `last` rows
+    (the line check above, on the stored board)."""
+    trainer = make_train(_tiny(action_reward_loss_weight=1.0, reply_reward_loss_weight=1.0))
+    state = trainer.init(jax.random.key(2))
+    for _ in range(4):
+        state, metrics = trainer.iteration(state)
+    assert bool(metrics.finite) and bool(metrics.learned)
+    assert float(metrics.reply_reward_loss) > 0
+    data = jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)
+    wins_kept = random_kept = 0
+    for b, t in itertools.product(range(8), range(16)):
+        obs = data.observation[b, t]
+        mine, theirs = obs[..., 0] > 0, obs[..., 1] > 0
+        empty = ~(mine | theirs).reshape(-1)
+        wins = _winning_cells(obs)
+        for a in range(9):
+            reply, reward = data.action_replies[b, t, a], data.reply_rewards[b, t, a]
+            after_mine = mine.reshape(-1).copy()
+            after_mine[a] = True
+            ends = a in wins or empty.sum() == 1
+            if data.last[b, t] or not empty[a] or ends:
+                assert (reply, reward) == (-1, 0.0), (b, t, a)
+                continue
+            assert empty[reply] and reply != a, (b, t, a, reply)
+            after = np.stack([theirs, after_mine.reshape(3, 3)], -1).astype(np.float32)
+            their_wins = _winning_cells(after)
+            if their_wins:
+                assert reply in their_wins and reward == 1.0
+                wins_kept += 1
+            else:
+                assert reward == 0.0
+                random_kept += 1
+    assert wins_kept > 0 and random_kept > 0
+
+
+def test_reply_rewards_refused_without_every_move_rewards():
+    with pytest.raises(ValueError, match="reply_reward_loss_weight=1.0 needs"):
+        preset("tic_tac_toe", reply_reward_loss_weight=1.0)

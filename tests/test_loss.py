@@ -341,7 +341,8 @@ def test_consistency_loss_matches_a_transcription():
                       consistency_loss_weight=1.0)
 
 
-def _action_reward_transcription(params, batch, nets, weight, steps, threat_weight=0.0):
+def _action_reward_transcription(params, batch, nets, weight, steps, threat_weight=0.0,
+                                 reply_weight=0.0):
     """The every-action reward term written out per example, step and action:
     from the hidden state that step k's action is taken from (k < steps), the
     dynamics' reward cross-entropy of each action against its label, summed
@@ -349,18 +350,22 @@ def _action_reward_transcription(params, batch, nets, weight, steps, threat_weig
     `weight`, scaled by 1/K; the hidden state by 0.5 between steps. With
     `threat_weight`, also the value cross-entropy of the prediction at each
     action's next hidden state against its threat label, over the labelled
-    actions whose label is positive, divided by their count (at least 1)."""
+    actions whose label is positive, divided by their count (at least 1).
+    With `reply_weight`, also the reward cross-entropy of the dynamics applied
+    once more (hidden state scaled by 0.5) to each action's labelled reply,
+    over the labelled actions with a reply >= 0, divided by their count."""
 
     def sg(x, s):
         return x * s + jax.lax.stop_gradient(x) * (1 - s)
 
-    def example(image, actions, labels, mask, threats):
+    def example(image, actions, labels, mask, threats, replies, reply_rewards):
         num_steps = actions.shape[0]
         hidden = nets.initial_inference(params, image[None]).hidden
         total = 0.0
         for k in range(num_steps):
             if k < steps:
                 term, threat_term, threat_count = 0.0, 0.0, 0.0
+                reply_term, reply_count = 0.0, 0.0
                 for a in range(NUM_ACTIONS):
                     after, logits = nets.dynamics(params, hidden, jnp.array([a]))
                     probs = REWARD_SUPPORT.scalar_to_probs(labels[k, a])
@@ -372,45 +377,64 @@ def _action_reward_transcription(params, batch, nets, weight, steps, threat_weig
                         threat_term += -jnp.sum(
                             value_probs * jax.nn.log_softmax(value_logits[0])) * counted
                         threat_count += counted
+                    if reply_weight:
+                        counted = mask[k, a] * (replies[k, a] >= 0)
+                        _, r_logits = nets.dynamics(params, sg(after, 0.5),
+                                                    jnp.maximum(replies[k, a:a + 1], 0))
+                        r_probs = REWARD_SUPPORT.scalar_to_probs(reply_rewards[k, a])
+                        reply_term += -jnp.sum(r_probs * jax.nn.log_softmax(r_logits[0])) * counted
+                        reply_count += counted
                 total += sg(weight * term / jnp.maximum(jnp.sum(mask[k]), 1.0), 1.0 / num_steps)
                 if threat_weight:
                     total += sg(threat_weight * threat_term / jnp.maximum(threat_count, 1.0),
+                                1.0 / num_steps)
+                if reply_weight:
+                    total += sg(reply_weight * reply_term / jnp.maximum(reply_count, 1.0),
                                 1.0 / num_steps)
             out = nets.recurrent_inference(params, hidden, actions[k:k + 1])
             hidden = sg(out.hidden, 0.5)
         return total
 
-    threats = batch.target_action_threat
-    if threats is None:
-        threats = jnp.zeros_like(batch.target_action_reward)
+    zeros = jnp.zeros_like(batch.target_action_reward)
+    threats = zeros if batch.target_action_threat is None else batch.target_action_threat
+    replies = zeros.astype(jnp.int32) if batch.target_reply is None else batch.target_reply
+    reply_rewards = zeros if batch.target_reply_reward is None else batch.target_reply_reward
     return jnp.mean(jax.vmap(example)(batch.observation, batch.actions,
                                       batch.target_action_reward, batch.action_reward_mask,
-                                      threats))
+                                      threats, replies, reply_rewards))
 
 
 # Two covered steps exercise both the representation's and the dynamics' hidden
-# states, here with the threat-value term too; one step without it is the same
-# code with a shorter slice (slow: ~45 s of compile).
-@pytest.mark.parametrize("steps,threat_weight",
-                         [pytest.param(1, 0.0, marks=pytest.mark.slow), (2, 2.0)])
-def test_action_reward_loss_matches_a_transcription(steps, threat_weight):
+# states, here with the threat-value and reply-reward terms too; one step
+# without them is the same code with a shorter slice (slow: ~45 s of compile).
+@pytest.mark.parametrize("steps,threat_weight,reply_weight",
+                         [pytest.param(1, 0.0, 0.0, marks=pytest.mark.slow), (2, 2.0, 1.5)])
+def test_action_reward_loss_matches_a_transcription(steps, threat_weight, reply_weight):
     nets, obs_shape = _networks("mlp")
     params = _random_params(nets, obs_shape, 5)
     k, b = 3, 5
     batch = _random_batch(obs_shape, b, k, 11)
-    ks = jax.random.split(jax.random.key(12), 3)
+    ks = jax.random.split(jax.random.key(12), 5)
     labels = jax.random.choice(ks[0], jnp.array([-1.0, 0.0, 1.0]), (b, k, NUM_ACTIONS))
     mask = (jax.random.uniform(ks[1], (b, k, NUM_ACTIONS)) > 0.3).astype(jnp.float32)
     mask = mask.at[0, 0].set(0.0)  # a position with no labelled action counts 0
     # Threat labels: 1 (the replier wins at once) on ~40 % of actions, 0 elsewhere.
     threats = (jax.random.uniform(ks[2], (b, k, NUM_ACTIONS)) > 0.6).astype(jnp.float32)
+    # One reply per action (-1: none, ~25 %) and its reward.
+    replies = jax.random.randint(ks[3], (b, k, NUM_ACTIONS), -1, NUM_ACTIONS)
+    reply_rewards = jax.random.choice(ks[4], jnp.array([-1.0, 0.0, 1.0]), (b, k, NUM_ACTIONS))
+    reply_rewards = jnp.where(replies >= 0, reply_rewards, 0.0)
     batch = batch._replace(target_action_reward=labels, action_reward_mask=mask,
-                           target_action_threat=threats if threat_weight else None)
+                           target_action_threat=threats if threat_weight else None,
+                           target_reply=replies if reply_weight else None,
+                           target_reply_reward=reply_rewards if reply_weight else None)
     kwargs = {"threat_value_loss_weight": threat_weight} if threat_weight else {}
+    if reply_weight:
+        kwargs["reply_reward_loss_weight"] = reply_weight
 
     def expected(p):
         return pseudocode_loss(p, batch, nets) + _action_reward_transcription(
-            p, batch, nets, 3.0, steps, threat_weight)
+            p, batch, nets, 3.0, steps, threat_weight, reply_weight)
 
     (loss, metrics), grads = _loss_and_grads(params, batch, nets, action_reward_loss_weight=3.0,
                                              action_reward_steps=steps, **kwargs)
@@ -420,15 +444,19 @@ def test_action_reward_loss_matches_a_transcription(steps, threat_weight):
     (base, base_metrics), _ = _loss_and_grads(params, batch, nets)
     # Forward, scale_gradient is the identity: each term adds weight x metric.
     np.testing.assert_allclose(
-        loss - base, 3.0 * metrics.action_reward_loss + threat_weight * metrics.threat_value_loss,
-        rtol=1e-4)
+        loss - base, 3.0 * metrics.action_reward_loss + threat_weight * metrics.threat_value_loss
+        + reply_weight * metrics.reply_reward_loss, rtol=1e-4)
     assert base_metrics.action_reward_loss == 0.0 and float(metrics.action_reward_loss) > 0
     assert (float(metrics.threat_value_loss) > 0) == bool(threat_weight)
+    assert (float(metrics.reply_reward_loss) > 0) == bool(reply_weight)
     # Masked labels do not count: changing them changes nothing (threat labels
     # count only where positive and the action is labelled).
     moved = batch._replace(target_action_reward=jnp.where(mask > 0, labels, 7.0))
     if threat_weight:
         moved = moved._replace(target_action_threat=jnp.where(mask * threats > 0, threats, 0.0))
+    if reply_weight:  # rewards of unlabelled replies do not count either
+        moved = moved._replace(target_reply_reward=jnp.where(
+            (mask > 0) & (replies >= 0), reply_rewards, 5.0))
     (loss_moved, _), _ = _loss_and_grads(params, moved, nets, action_reward_loss_weight=3.0,
                                          action_reward_steps=steps, **kwargs)
     np.testing.assert_allclose(loss_moved, loss, rtol=1e-6)
@@ -440,6 +468,14 @@ def test_action_reward_loss_matches_a_transcription(steps, threat_weight):
             unrolled_loss(params, batch._replace(target_action_threat=None), networks=nets,
                           value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
                           action_reward_loss_weight=1.0, threat_value_loss_weight=1.0)
+    if reply_weight:
+        with pytest.raises(ValueError, match="needs action_reward_loss_weight"):
+            unrolled_loss(params, batch, networks=nets, value_support=VALUE_SUPPORT,
+                          reward_support=REWARD_SUPPORT, reply_reward_loss_weight=1.0)
+        with pytest.raises(ValueError, match="target_reply"):
+            unrolled_loss(params, batch._replace(target_reply=None), networks=nets,
+                          value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
+                          action_reward_loss_weight=1.0, reply_reward_loss_weight=1.0)
     with pytest.raises(ValueError, match="target_action_reward"):
         unrolled_loss(params, batch._replace(target_action_reward=None), networks=nets,
                       value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
