@@ -137,9 +137,11 @@ def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
     """Moves each example of a `loss.LossBatch` by a random symmetry of its own.
 
     The observation (and `next_observation` when present), the K actions,
-    the K+1 policy targets (and the per-action reward labels and their mask,
-    when present) of an example all move by the same symmetry, drawn
-    uniformly (the identity included); values, rewards and masks stay.
+    the K+1 policy targets (and the per-action labels when present: the
+    rewards and their mask, the threats, the replies, whose values are actions
+    and are mapped as such, and their rewards) of an example all move by the
+    same symmetry, drawn uniformly (the identity included); values, rewards
+    and masks stay.
 
     Args:
       batch: a `LossBatch` with `observation` `[B, *obs]`.
