@@ -205,3 +205,34 @@ def test_tactics_do_not_change_the_games_and_refuse_go():
     with pytest.raises(ValueError, match="tactics are labelled only for"):
         arena.evaluate_against(go, "random", num_games=1, rng_key=jax.random.key(0),
                                tactics=True)
+
+
+def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
+    """`muzero-jax eval --opponent random --tactics` writes what
+    `evaluate_against(..., tactics=True)` returns for the same agent and key to
+    eval.json, and prints it."""
+    import json
+
+    import muzero_jax.agent
+    from muzero_jax.cli import main
+    from muzero_jax.presets import preset
+
+    class ColumnZero(StandInAgent):
+        step, config = 7, preset("connect_four")
+
+        def _num_simulations(self, n):
+            return n or 1
+
+    agent = ColumnZero(make_env("connect_four"),
+                       lambda s, ts, k: jax.numpy.argmax(ts.legal_action_mask, axis=-1))
+    monkeypatch.setattr(muzero_jax.agent, "load_agent", lambda logdir, step=None: agent)
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["eval", "--logdir", str(tmp_path), "--opponent", "random", "--episodes", "3",
+                 "--tactics"]) == 0
+    out = capsys.readouterr().out
+    written = json.loads((tmp_path / "eval.json").read_text())
+    expected = arena.evaluate_against(agent, "random", num_games=3, rng_key=jax.random.key(0),
+                                      tactics=True)
+    assert written["tactics"] == expected["tactics"] and written["as_first"] == \
+        expected["as_first"]
+    assert f"of the agent's {expected['tactics']['losses']['num_lost']} losses" in out
