@@ -47,18 +47,25 @@ def _winning_cells(observation: np.ndarray) -> set[int]:
     return wins
 
 
+def _self_play_rows(seed, metric, **overrides):
+    """Four iterations of the tiny TicTacToe run with `overrides`; checks the
+    update is finite, learned and `metric` > 0; returns device 0's first 16
+    replay rows of each environment (numpy)."""
+    trainer = make_train(_tiny(**overrides))
+    state = trainer.init(jax.random.key(seed))
+    for _ in range(4):
+        state, metrics = trainer.iteration(state)
+    assert bool(metrics.finite) and bool(metrics.learned)
+    assert float(getattr(metrics, metric)) > 0
+    return jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)
+
+
 def test_self_play_labels_every_winning_move_and_nothing_else():
     """TicTacToe rows carry reward 1 exactly on the moves that win at once, as
     an independent line check on the stored board finds them, 0 elsewhere
     (illegal moves and episode-end rows included); the played action's label
     is the reward the row after it received."""
-    trainer = make_train(_tiny(action_reward_loss_weight=1.0))
-    state = trainer.init(jax.random.key(0))
-    for _ in range(4):
-        state, metrics = trainer.iteration(state)
-    assert bool(metrics.finite) and bool(metrics.learned)
-    assert float(metrics.action_reward_loss) > 0
-    data = jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)  # device 0
+    data = _self_play_rows(0, "action_reward_loss", action_reward_loss_weight=1.0)
     labels = data.action_rewards
     assert labels.shape == (8, 16, 9)
     positives = 0
@@ -163,13 +170,8 @@ def test_self_play_labels_every_move_that_lets_the_opponent_win():
     """With `threat_value_loss_weight`, TicTacToe rows carry 1 exactly on the
     moves after which the opponent can complete a line at once (the line
     check above, on the stored board), 0 elsewhere; the loss sees them."""
-    trainer = make_train(_tiny(action_reward_loss_weight=1.0, threat_value_loss_weight=1.0))
-    state = trainer.init(jax.random.key(1))
-    for _ in range(4):
-        state, metrics = trainer.iteration(state)
-    assert bool(metrics.finite) and bool(metrics.learned)
-    assert float(metrics.threat_value_loss) > 0
-    data = jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)
+    data = _self_play_rows(1, "threat_value_loss", action_reward_loss_weight=1.0,
+                           threat_value_loss_weight=1.0)
     positives = 0
     for b, t in itertools.product(range(8), range(16)):
         expected = np.zeros(9) if data.last[b, t] else _threat_labels(data.observation[b, t])
@@ -205,13 +207,8 @@ def test_self_play_keeps_one_reply_per_move_the_winning_one_first():
     opponent can win at once (reward 1), else one that does not win (reward
     0); -1 and 0 for illegal moves, moves that end the game and `last` rows
     (the line check above, on the stored board)."""
-    trainer = make_train(_tiny(action_reward_loss_weight=1.0, reply_reward_loss_weight=1.0))
-    state = trainer.init(jax.random.key(2))
-    for _ in range(4):
-        state, metrics = trainer.iteration(state)
-    assert bool(metrics.finite) and bool(metrics.learned)
-    assert float(metrics.reply_reward_loss) > 0
-    data = jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)
+    data = _self_play_rows(2, "reply_reward_loss", action_reward_loss_weight=1.0,
+                           reply_reward_loss_weight=1.0)
     wins_kept = random_kept = 0
     for b, t in itertools.product(range(8), range(16)):
         obs = data.observation[b, t]

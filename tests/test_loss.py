@@ -460,22 +460,18 @@ def test_action_reward_loss_matches_a_transcription(steps, threat_weight, reply_
     (loss_moved, _), _ = _loss_and_grads(params, moved, nets, action_reward_loss_weight=3.0,
                                          action_reward_steps=steps, **kwargs)
     np.testing.assert_allclose(loss_moved, loss, rtol=1e-6)
-    if threat_weight:
+    # The two deeper terms: refused without the every-action term or their labels.
+    for on, weight, labels in ((threat_weight, "threat_value_loss_weight", "target_action_threat"),
+                               (reply_weight, "reply_reward_loss_weight", "target_reply")):
+        if not on:
+            continue
         with pytest.raises(ValueError, match="needs action_reward_loss_weight"):
             unrolled_loss(params, batch, networks=nets, value_support=VALUE_SUPPORT,
-                          reward_support=REWARD_SUPPORT, threat_value_loss_weight=1.0)
-        with pytest.raises(ValueError, match="target_action_threat"):
-            unrolled_loss(params, batch._replace(target_action_threat=None), networks=nets,
+                          reward_support=REWARD_SUPPORT, **{weight: 1.0})
+        with pytest.raises(ValueError, match=labels):
+            unrolled_loss(params, batch._replace(**{labels: None}), networks=nets,
                           value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
-                          action_reward_loss_weight=1.0, threat_value_loss_weight=1.0)
-    if reply_weight:
-        with pytest.raises(ValueError, match="needs action_reward_loss_weight"):
-            unrolled_loss(params, batch, networks=nets, value_support=VALUE_SUPPORT,
-                          reward_support=REWARD_SUPPORT, reply_reward_loss_weight=1.0)
-        with pytest.raises(ValueError, match="target_reply"):
-            unrolled_loss(params, batch._replace(target_reply=None), networks=nets,
-                          value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
-                          action_reward_loss_weight=1.0, reply_reward_loss_weight=1.0)
+                          action_reward_loss_weight=1.0, **{weight: 1.0})
     with pytest.raises(ValueError, match="target_action_reward"):
         unrolled_loss(params, batch._replace(target_action_reward=None), networks=nets,
                       value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
