@@ -3,7 +3,8 @@
 Many tests build the same training program more than once (a run and its
 resume, the CLI in a subprocess and the same config from Python). JAX's
 persistent compilation cache lets every process of this test session (the
-subprocesses inherit the environment) reuse what an earlier test compiled. The
+pytest-xdist workers and the tests' subprocesses inherit the environment set
+here in the controlling process) reuse what an earlier test compiled. The
 cache lives in a fresh temporary directory, so every session starts cold and
 no state leaks between runs; set JAX_COMPILATION_CACHE_DIR to choose another.
 """
