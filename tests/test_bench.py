@@ -40,16 +40,39 @@ def test_unroll_mfu_against_a_given_peak(tmp_path):
 
 
 def test_unroll_updates_per_call_scans_the_steps(tmp_path):
-    out = tmp_path / "unroll.json"
-    assert bench.main(["unroll", "--network", "resnet", "--unroll-steps", "1", "--batch-sizes",
-                       "4", "--repeats", "1", "--updates-per-call", "3",
-                       "--json", str(out)]) == 0
-    (row,) = json.loads(out.read_text())["rows"]
+    rows = {}
+    for updates in (1, 3):
+        out = tmp_path / f"unroll_{updates}.json"
+        assert bench.main(["unroll", "--network", "resnet", "--unroll-steps", "1",
+                           "--batch-sizes", "4", "--repeats", "1", "--updates-per-call",
+                           str(updates), "--json", str(out)]) == 0
+        (rows[updates],) = json.loads(out.read_text())["rows"]
+    row = rows[3]
     assert row["updates_per_call"] == 3
+    # Per-step figures stay per step: XLA's cost analysis counts the scan's
+    # body once, and the own matmul count is of one step.
+    assert row["flops_per_step"] == pytest.approx(rows[1]["flops_per_step"], rel=1e-3)
+    assert row["model_flops_per_step"] == rows[1]["model_flops_per_step"]
     # Three steps of 4 samples per timed call: step time is a third of the call's.
     assert row["samples_per_s"] == pytest.approx(4 / row["step_median_s"])
     assert row["model_flops_per_s"] == pytest.approx(
         row["model_flops_per_step"] / row["step_median_s"])
+
+
+def test_repeat_update_runs_the_step_that_many_times():
+    import jax
+    import jax.numpy as jnp
+
+    from muzero_jax.bench.cli import repeat_update
+
+    def step(params, opt_state, data):  # params += data; opt_state counts calls
+        return params + data, opt_state + 1
+
+    for updates in (1, 3, 5):
+        params, count = jax.jit(repeat_update(step, updates))(
+            jnp.float32(1.0), jnp.int32(0), jnp.float32(2.0))
+        assert int(count) == updates
+        assert float(params) == 1.0 + 2.0 * updates
 
 
 def test_matmul_flops_hand_counted():

@@ -95,6 +95,20 @@ def _random_batch(rng: np.random.Generator, obs_shape, num_actions: int, batch: 
     )
 
 
+def repeat_update(step: Callable, updates: int) -> Callable:
+    """`step(params, opt_state, data) -> (params, opt_state)` run `updates`
+    times on the same data, in a `lax.scan` as a training iteration runs its
+    updates (`updates` 1: `step` itself)."""
+    if updates == 1:
+        return step
+
+    def call(params, opt_state, data):
+        return jax.lax.scan(lambda carry, _: (step(*carry, data), None),
+                            (params, opt_state), None, length=updates)[0]
+
+    return call
+
+
 def run_unroll(
     *, env: str, networks: Sequence[str], unroll_steps: Sequence[int],
     batch_sizes: Sequence[int], repeats: int, seed: int = 0,
@@ -150,12 +164,7 @@ def run_unroll(
                     updates, opt_state = optimizer.update(grads, opt_state, params)
                     return optax.apply_updates(params, updates), opt_state
 
-                def call(params, opt_state, data, step=step):
-                    if updates_per_call == 1:
-                        return step(params, opt_state, data)
-                    return jax.lax.scan(lambda carry, _: (step(*carry, data), None),
-                                        (params, opt_state), None, length=updates_per_call)[0]
-
+                call = repeat_update(step, updates_per_call)
                 t0 = time.perf_counter()
                 compiled = jax.jit(call).lower(params, opt_state, data).compile()
                 compile_s = time.perf_counter() - t0
