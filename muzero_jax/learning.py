@@ -166,12 +166,35 @@ def make_mesh(num_devices: int = 0) -> Mesh:
     return Mesh(np.asarray(devices[:count]), (AXIS,))
 
 
+CONSISTENCY_HEADS = ("projection_", "predictor_")
+"""Name prefixes of the consistency loss's Haiku modules (no weight decay)."""
+
+
+def decayed(params: Any) -> Any:
+    """Weight decay's mask: True for every leaf of `params` except those under
+    a module named with a `CONSISTENCY_HEADS` prefix."""
+
+    def keep(path, _):
+        names = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+        return not any(isinstance(n, str) and n.startswith(CONSISTENCY_HEADS) for n in names)
+
+    return jax.tree_util.tree_map_with_path(keep, params)
+
+
 def make_optimizer(config: Config) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """Gradient clipping, L2 weight decay, Adam or SGD+momentum, LR schedule.
 
     Weight decay is added to the gradient before the optimiser
     (`optax.add_decayed_weights`), which for SGD is the pseudocode's
-    `weight_decay * l2_loss(w)` term.
+    `weight_decay * l2_loss(w)` term. It skips the consistency loss's
+    projection and predictor heads (`CONSISTENCY_HEADS`). That loss is a
+    cosine, blind to their scale, so decay is the only pull on their size:
+    where the cosine's gradient fades, Adam's normalised steps take every
+    weight toward zero at about the learning rate per update, and once the
+    projections are below the cosine's epsilon no gradient comes back. One
+    seed of the Connect Four preset ended with those heads at ~1e-33, the term
+    0 from somewhere between 1.0 M and 1.5 M env steps on (README, Board
+    games).
     """
     peak = config.learning_rate
     if config.lr_decay == "constant":
@@ -189,7 +212,7 @@ def make_optimizer(config: Config) -> tuple[optax.GradientTransformation, optax.
     if config.max_grad_norm > 0:
         parts.append(optax.clip_by_global_norm(config.max_grad_norm))
     if config.weight_decay > 0:
-        parts.append(optax.add_decayed_weights(config.weight_decay))
+        parts.append(optax.add_decayed_weights(config.weight_decay, mask=decayed))
     if config.optimizer == "adam":
         parts.append(optax.scale_by_adam())
     else:

@@ -264,3 +264,33 @@ def test_consistency_loss_gets_the_observations_reached():
     assert checked > 20
     with pytest.raises(ValueError, match="consistency_loss_weight"):
         preset("catch", consistency_loss_weight=-1.0)
+
+
+def test_weight_decay_spares_only_the_consistency_heads():
+    import optax
+
+    from muzero_jax.config import MLPConfig
+    from muzero_jax.learning import make_optimizer
+    from muzero_jax.networks import make_networks
+
+    nets = make_networks(MLPConfig(hidden_sizes=(8,), latent_size=4, head_hidden_sizes=(4,)),
+                         num_actions=3, value_bins=5, reward_bins=5, projection_size=4)
+    params = nets.init(jax.random.key(0), jnp.ones((1, 6)))
+    heads = {m for m in params if m.startswith(("projection", "predictor"))}
+    assert heads == {"projection_linear_0", "projection_norm_0", "projection_out",
+                     "predictor_linear_0", "predictor_out"}
+    for optimizer_name in ("adam", "sgd"):
+        optimizer, _ = make_optimizer(preset("catch", weight_decay=0.5, optimizer=optimizer_name,
+                                                  lr_warmup_updates=0, lr_decay="constant"))
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        updates, _ = optimizer.update(zeros, optimizer.init(params), params)
+        new = optax.apply_updates(params, updates)
+        for module, leaves in params.items():
+            for name, value in leaves.items():
+                moved = float(jnp.max(jnp.abs(new[module][name] - value)))
+                if module in heads:  # only decay acts on a zero gradient: none here
+                    assert moved == 0.0, (optimizer_name, module, name)
+                elif float(jnp.max(jnp.abs(value))) > 0:  # decay pulls toward zero
+                    assert moved > 0.0, (optimizer_name, module, name)
+                    assert float(jnp.sum(jnp.abs(new[module][name]))) < float(
+                        jnp.sum(jnp.abs(value)))
