@@ -10,6 +10,7 @@ function and network), jitted once per simulation count.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -192,7 +193,8 @@ def _make_episodes(env: Environment, search_batch, num_episodes: int, steps: int
     return run
 
 
-def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = None) -> Agent:
+def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = None,
+               search: str | None = None, search_kwargs: str | None = None) -> Agent:
     """Loads a trained agent from a run directory or a checkpoint directory.
 
     Args:
@@ -200,20 +202,36 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         `checkpoints/` directory, or one step directory inside it.
       step: the checkpoint step (default: the latest, or the step directory
         given).
+      search: search with another search than the run's: a built-in name
+        (`muzero_jax.search.BUILTIN_SEARCHES`) or "package.module:function"
+        (default: the run's). The networks and parameters are the same.
+      search_kwargs: JSON object of that search's keyword hyper-parameters
+        (default: the run's for the run's own search, none for another, whose
+        signature the run's may not fit).
 
     Returns:
       An `Agent` with the parameters of that checkpoint.
 
     Raises:
       checkpoint.CheckpointError: no checkpoint there, or it is unreadable.
+      ValueError: a `search` or `search_kwargs` that does not resolve, parse
+        or fit the search's signature (checked before anything is compiled).
     """
     directory, given_step = find_checkpoint_dir(logdir_or_checkpoint)
     checkpointer = Checkpointer(directory, create=False)
     try:
         meta, step = checkpointer.read_meta(step if step is not None else given_step)
-        config = config_from_dict(meta["config"])
-        trainer = make_train(config)
-        restored = checkpointer.restore(trainer, step, params_only=True)
+        run_config = config = config_from_dict(meta["config"])
+        if search is not None or search_kwargs is not None:
+            same = search is None or search == config.search
+            config = dataclasses.replace(
+                config, search=config.search if search is None else search,
+                search_kwargs=(search_kwargs if search_kwargs is not None
+                               else config.search_kwargs if same else "{}"))
+        trainer = make_train(config)  # checks the search before anything is read
+        # The parameters are checked against the run's own config.
+        run_trainer = trainer if config == run_config else make_train(run_config)
+        restored = checkpointer.restore(run_trainer, step, params_only=True)
     finally:
         checkpointer.close()
     return Agent(config, trainer, restored.params, step=step)

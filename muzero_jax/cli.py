@@ -158,6 +158,12 @@ class EvalArgs:
         error), as eval.json's `tactics`.
       compile_cache: JAX's persistent compilation cache ("auto", "none" or a
         directory; see `train --help`).
+      search: search with another search than the run's, on the same
+        network: a built-in name (gumbel_muzero, muzero, puct, muzero_paper)
+        or "package.module:function" (None: the run's).
+      search_kwargs: JSON object of the search's keyword hyper-parameters,
+        e.g. '{"dirichlet_fraction": 0}' for puct (None: the run's for its own
+        search, none for another).
     """
 
     logdir: str
@@ -168,6 +174,8 @@ class EvalArgs:
     opponent: str | None = None
     tactics: bool = False
     compile_cache: str = "auto"
+    search: str | None = None
+    search_kwargs: str | None = None
 
     def __post_init__(self):
         if self.tactics and self.opponent is None:
@@ -452,13 +460,17 @@ def _eval(argv: list[str]) -> int:
                              "installation does not have") from None
         evaluate_against = arena.evaluate_against
     try:
-        agent = load_agent(args.logdir, step=args.step)
+        agent = load_agent(args.logdir, step=args.step, search=args.search,
+                           search_kwargs=args.search_kwargs)
     except CheckpointError as e:
+        raise UsageError(f"{_PROG} eval: {e}") from None
+    except (ValueError, TypeError) as e:  # --search / --search-kwargs
         raise UsageError(f"{_PROG} eval: {e}") from None
     out_dir = args.logdir if os.path.isfile(os.path.join(args.logdir, "config.json")) else None
     rng_key = jax.random.key(args.seed)
     result: dict = {"step": agent.step, "env": agent.config.env, "seed": args.seed,
-                    "num_simulations": agent._num_simulations(args.num_simulations)}
+                    "num_simulations": agent._num_simulations(args.num_simulations),
+                    "search": agent.config.search, "search_kwargs": agent.config.search_kwargs}
     if evaluate_against is not None:
         try:
             stats = evaluate_against(agent, args.opponent, num_games=args.episodes,

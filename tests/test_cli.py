@@ -5,6 +5,7 @@ import json
 import sys
 import types
 
+import numpy as np
 import pytest
 
 from muzero_jax.cli import main
@@ -134,3 +135,36 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
     assert main(["eval", "--logdir", str(logdir), "--tactics"]) == 2
     err = capsys.readouterr().err
     assert "--tactics needs --opponent" in err and len(err.strip().splitlines()) == 1
+
+    # Another search on the same network: PUCT's action weights are visit
+    # counts over the simulations (Gumbel MuZero's, the run's, are a softmax).
+    import jax
+
+    from muzero_jax import load_agent
+
+    kwargs = '{"dirichlet_fraction": 0.0}'
+    assert config["search"] == "gumbel_muzero"
+    assert main(["eval", "--logdir", str(logdir), "--episodes", "6", "--num-simulations", "8",
+                 "--search", "puct", "--search-kwargs", kwargs]) == 0
+    capsys.readouterr()
+    result = json.loads((logdir / "eval.json").read_text())
+    assert result["search"] == "puct" and json.loads(result["search_kwargs"]) == {
+        "dirichlet_fraction": 0.0}
+    puct = load_agent(logdir, search="puct", search_kwargs=kwargs)
+    assert result["returns"] == [float(r) for r in puct.evaluate(6, jax.random.key(0),
+                                                                  num_simulations=8)]
+    obs = np.random.default_rng(0).random((5,) + puct.env.observation_shape, np.float32)
+    for agent, counts in ((puct, True), (load_agent(logdir), False)):
+        weights = np.asarray(agent.search(obs, num_simulations=8).policy) * 8
+        assert np.allclose(weights, np.round(weights), atol=1e-4) == counts
+    # The run's own search keeps its kwargs; bad ones are one clear error.
+    assert load_agent(logdir, search="gumbel_muzero").config.search_kwargs == config[
+        "search_kwargs"]
+    for bad, message in ((["--search", "no_such_search"], "unknown search"),
+                         (["--search-kwargs", "{not json"], "search_kwargs"),
+                         (["--search", "puct", "--search-kwargs", '{"gumbel_scale": 1}'],
+                          "gumbel_scale")):
+        assert main(["eval", "--logdir", str(logdir), *bad]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert json.loads((logdir / "eval.json").read_text()) == result
