@@ -57,9 +57,10 @@ class Config:
         `loss_fn` must accept it.
       consistency_loss_weight: weight of EfficientZero's self-supervised
         consistency loss (0: off, as in MuZero; EfficientZero uses 2). When
-        > 0 the networks gain projection and predictor heads, and the loss
-        gets `consistency_loss_weight=` and the batch `next_observation`, so
-        a custom `loss_fn` must accept them.
+        > 0 the networks gain projection and predictor heads (left out of
+        `weight_decay`, see `learning.make_optimizer`), and the loss gets
+        `consistency_loss_weight=` and the batch `next_observation`, so a
+        custom `loss_fn` must accept them.
       consistency_projection_size: width of those heads.
       action_reward_loss_weight: weight of a reward loss on every legal
         action of each unrolled position, not only the one taken (0: off, as
