@@ -149,7 +149,7 @@ class Config:
       lr_decay_updates: for "cosine" and "exponential": the decay horizon.
       momentum: SGD momentum.
       weight_decay: L2 weight decay (added to the gradient, as the paper's L2
-        loss term does).
+        loss term does), on every parameter but the consistency heads'.
       max_grad_norm: global gradient-norm clipping (0 disables).
       eval_every: evaluate every this many iterations (0 disables).
       eval_episodes: greedy evaluation episodes per evaluation.
