@@ -462,9 +462,7 @@ def _eval(argv: list[str]) -> int:
     try:
         agent = load_agent(args.logdir, step=args.step, search=args.search,
                            search_kwargs=args.search_kwargs)
-    except CheckpointError as e:
-        raise UsageError(f"{_PROG} eval: {e}") from None
-    except (ValueError, TypeError) as e:  # --search / --search-kwargs
+    except (CheckpointError, ValueError, TypeError) as e:  # ValueError: --search(-kwargs)
         raise UsageError(f"{_PROG} eval: {e}") from None
     out_dir = args.logdir if os.path.isfile(os.path.join(args.logdir, "config.json")) else None
     rng_key = jax.random.key(args.seed)
