@@ -16,6 +16,8 @@ from muzero_jax.networks import (
 from muzero_jax.search import (
     BUILTIN_SEARCHES,
     SearchFn,
+    make_env_recurrent_fn,
+    make_env_root_fn,
     make_recurrent_fn,
     make_root_fn,
     resolve_search,
@@ -55,6 +57,8 @@ __all__ = [
     "h_inverse",
     "h_transform",
     "load_agent",
+    "make_env_recurrent_fn",
+    "make_env_root_fn",
     "make_networks",
     "make_recurrent_fn",
     "make_root_fn",

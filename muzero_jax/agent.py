@@ -5,7 +5,10 @@
     out = agent.search(observations, legal_mask)      # action, value, policy
 
 `act` and `search` run the same search as training (the run's `search`
-function and network), jitted once per simulation count.
+function and network), jitted once per simulation count. With
+`load_agent(..., model="env")` the search plans in the environment's own
+dynamics instead of the learned model (AlphaZero-style; `search.make_env_recurrent_fn`),
+and `act`/`search` then need the environments' states too.
 """
 
 from __future__ import annotations
@@ -28,9 +31,18 @@ from muzero_jax.checkpoint import Checkpointer, find_checkpoint_dir
 from muzero_jax.config import Config, config_from_dict
 from muzero_jax.envs import Environment
 from muzero_jax.learning import Trainer, make_train
-from muzero_jax.search import make_recurrent_fn, make_root_fn
+from muzero_jax.search import (
+    make_env_recurrent_fn,
+    make_env_root_fn,
+    make_recurrent_fn,
+    make_root_fn,
+)
 
-__all__ = ["Agent", "AgentOutput", "load_agent"]
+__all__ = ["Agent", "AgentOutput", "MODELS", "load_agent"]
+
+MODELS = ("learned", "env")
+"""What an agent's search plans in: MuZero's learned model, or the
+environment's own dynamics (`search.make_env_recurrent_fn`)."""
 
 
 class AgentOutput(NamedTuple):
@@ -60,19 +72,32 @@ class Agent:
       trainer: the `learning.Trainer` built from `config` (networks, supports,
         search function).
       step: the checkpoint step (iteration) the parameters come from.
+      model: what the search plans in, one of `MODELS`: "learned" (MuZero's
+        dynamics) or "env" (the environment's step; the networks still give
+        every node's prior and value, from the real observation).
     """
 
-    def __init__(self, config: Config, trainer: Trainer, params: Any, *, step: int = 0):
+    def __init__(self, config: Config, trainer: Trainer, params: Any, *, step: int = 0,
+                 model: str = "learned"):
+        if model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
         self.config = config
         self.trainer = trainer
         self.env: Environment = trainer.env
         self.params = params
         self.step = step
-        self._root_fn = make_root_fn(trainer.networks, trainer.value_support)
-        self._recurrent_fn = make_recurrent_fn(
-            trainer.networks, trainer.value_support, trainer.reward_support,
-            discount=config.discount, two_player=self.env.num_players == 2,
-        )
+        self.model = model
+        if model == "env":
+            self._root_fn = make_env_root_fn(trainer.networks, trainer.value_support)
+            self._recurrent_fn = make_env_recurrent_fn(
+                self.env, trainer.networks, trainer.value_support, discount=config.discount)
+        else:
+            root_fn = make_root_fn(trainer.networks, trainer.value_support)
+            self._root_fn = lambda params, observation, env_state: root_fn(params, observation)
+            self._recurrent_fn = make_recurrent_fn(
+                trainer.networks, trainer.value_support, trainer.reward_support,
+                discount=config.discount, two_player=self.env.num_players == 2,
+            )
         self._rng = jax.random.key(config.seed)
         self._compiled: dict[int, Callable[..., AgentOutput]] = {}
 
@@ -88,9 +113,9 @@ class Agent:
                 functools.partial(self._search_batch, num_simulations=num_simulations))
         return self._compiled[num_simulations]
 
-    def _search_batch(self, params, rng_key, observation, legal_action_mask, *,
+    def _search_batch(self, params, rng_key, observation, legal_action_mask, env_state=None, *,
                       num_simulations: int) -> AgentOutput:
-        root = self._root_fn(params, observation)
+        root = self._root_fn(params, observation, env_state)
         out = self.trainer.search_fn(
             params, rng_key, root, self._recurrent_fn, num_simulations=num_simulations,
             invalid_actions=jnp.logical_not(legal_action_mask),
@@ -105,7 +130,7 @@ class Agent:
                            value=value.astype(jnp.float32), policy=weights)
 
     def search(self, observation, legal_action_mask=None, *, num_simulations: int | None = None,
-               rng: chex.PRNGKey | None = None) -> AgentOutput:
+               rng: chex.PRNGKey | None = None, env_state: Any = None) -> AgentOutput:
         """Runs the search from a batch of observations.
 
         Args:
@@ -116,10 +141,16 @@ class Agent:
             evaluation setting).
           rng: a key for the search's own randomness (consumed); default: the
             agent's internal key, split at every call.
+          env_state: the environments' states (leaves `[B, ...]`, as
+            `jax.vmap(env.reset)` gives them), which the observations are
+            of; needed with `model="env"`, ignored otherwise.
 
         Returns:
           An `AgentOutput`.
         """
+        if self.model == "env" and env_state is None:
+            raise ValueError("an agent with model='env' searches from the environments' "
+                             "states: pass env_state=")
         obs = jnp.asarray(observation, jnp.float32)
         shape = tuple(self.env.observation_shape)
         unbatched = obs.shape == shape
@@ -140,16 +171,21 @@ class Agent:
                                  f"got {list(mask.shape)}")
         if rng is None:
             self._rng, rng = jax.random.split(self._rng)
-        out = self._search_fn(self._num_simulations(num_simulations))(self.params, rng, obs, mask)
+        if self.model != "env":
+            env_state = None  # not read: keep one compiled function
+        elif unbatched:
+            env_state = jax.tree.map(lambda x: jnp.asarray(x)[None], env_state)
+        out = self._search_fn(self._num_simulations(num_simulations))(
+            self.params, rng, obs, mask, env_state)
         if unbatched:
             out = jax.tree.map(lambda x: x[0], out)
         return out
 
     def act(self, observation, legal_action_mask=None, *, num_simulations: int | None = None,
-            rng: chex.PRNGKey | None = None) -> chex.Array:
+            rng: chex.PRNGKey | None = None, env_state: Any = None) -> chex.Array:
         """Greedy actions `[B]` (the most visited action of each search)."""
         return self.search(observation, legal_action_mask, num_simulations=num_simulations,
-                           rng=rng).action
+                           rng=rng, env_state=env_state).action
 
     def evaluate(self, num_episodes: int, rng_key: chex.PRNGKey, *,
                  num_simulations: int | None = None) -> np.ndarray:
@@ -179,7 +215,7 @@ def _make_episodes(env: Environment, search_batch, num_episodes: int, steps: int
 
         def body(carry, key):
             env_state, ts, total, done = carry
-            out = search_batch(params, key, ts.observation, ts.legal_action_mask)
+            out = search_batch(params, key, ts.observation, ts.legal_action_mask, env_state)
             env_state, ts_next = batched_step(env_state, out.action)
             sign = jnp.where(ts.to_play == 0, 1.0, -1.0)  # reward belongs to the mover
             total = total + jnp.where(done, 0.0, sign * ts_next.reward)
@@ -194,7 +230,8 @@ def _make_episodes(env: Environment, search_batch, num_episodes: int, steps: int
 
 
 def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = None,
-               search: str | None = None, search_kwargs: str | None = None) -> Agent:
+               search: str | None = None, search_kwargs: str | None = None,
+               model: str = "learned") -> Agent:
     """Loads a trained agent from a run directory or a checkpoint directory.
 
     Args:
@@ -208,6 +245,10 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
       search_kwargs: JSON object of that search's keyword hyper-parameters
         (default: the run's for the run's own search, none for another, whose
         signature the run's may not fit).
+      model: what the search plans in (`MODELS`): "learned" (MuZero's
+        dynamics, the default) or "env" (the environment's own step, with
+        the networks' prior and value at every node: AlphaZero's planning,
+        to tell how much the learned model costs).
 
     Returns:
       An `Agent` with the parameters of that checkpoint.
@@ -215,8 +256,11 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
     Raises:
       checkpoint.CheckpointError: no checkpoint there, or it is unreadable.
       ValueError: a `search` or `search_kwargs` that does not resolve, parse
-        or fit the search's signature (checked before anything is compiled).
+        or fit the search's signature, or an unknown `model` (checked before
+        anything is compiled).
     """
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     directory, given_step = find_checkpoint_dir(logdir_or_checkpoint)
     checkpointer = Checkpointer(directory, create=False)
     try:
@@ -234,7 +278,7 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         restored = checkpointer.restore(run_trainer, step, params_only=True)
     finally:
         checkpointer.close()
-    return Agent(config, trainer, restored.params, step=step)
+    return Agent(config, trainer, restored.params, step=step, model=model)
 
 
 def standard_error(values: np.ndarray) -> float:

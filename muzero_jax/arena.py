@@ -489,10 +489,14 @@ def evaluate_against(
                          f"not {env.name!r}")
     opponent_fn = make_opponent(opponent, env)
 
+    # An agent planning in the real game (`load_agent(..., model="env")`) searches
+    # from the games' states; others need only the observations.
+    plans_in_env = getattr(agent, "model", "learned") == "env"
+
     def agent_fn(env_state, ts, key):
-        del env_state
+        state = {"env_state": env_state} if plans_in_env else {}
         return agent.act(ts.observation, ts.legal_action_mask,
-                         num_simulations=num_simulations, rng=key)
+                         num_simulations=num_simulations, rng=key, **state)
 
     seats = np.concatenate([np.zeros(num_games, np.int32), np.ones(num_games, np.int32)])
     record = None

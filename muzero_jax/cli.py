@@ -137,6 +137,11 @@ class TrainArgs:
         _check_compile_cache(self.compile_cache)
 
 
+EVAL_MODELS = ("learned", "env")
+"""`eval --model` choices: `muzero_jax.agent.MODELS` (kept here so that
+parsing the command line does not import JAX)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalArgs:
     """Evaluate a trained agent: greedy episodes (the most visited action),
@@ -164,6 +169,11 @@ class EvalArgs:
       search_kwargs: JSON object of the search's keyword hyper-parameters,
         e.g. '{"dirichlet_fraction": 0}' for puct (None: the run's for its own
         search, none for another).
+      model: what the search plans in: "learned" (MuZero's dynamics) or
+        "env" (the environment's own step, with the networks' prior and
+        value at every node: AlphaZero's planning, exact for the board
+        games; it tells how much of the agent's strength the learned model
+        costs).
     """
 
     logdir: str
@@ -176,8 +186,12 @@ class EvalArgs:
     compile_cache: str = "auto"
     search: str | None = None
     search_kwargs: str | None = None
+    model: str = "learned"
 
     def __post_init__(self):
+        if self.model not in EVAL_MODELS:
+            raise ValueError(
+                f"--model must be one of {', '.join(EVAL_MODELS)}, got {self.model!r}")
         if self.tactics and self.opponent is None:
             raise ValueError("--tactics needs --opponent (it labels the moves of matches)")
         if self.episodes < 1:
@@ -461,14 +475,15 @@ def _eval(argv: list[str]) -> int:
         evaluate_against = arena.evaluate_against
     try:
         agent = load_agent(args.logdir, step=args.step, search=args.search,
-                           search_kwargs=args.search_kwargs)
+                           search_kwargs=args.search_kwargs, model=args.model)
     except (CheckpointError, ValueError, TypeError) as e:  # ValueError: --search(-kwargs)
         raise UsageError(f"{_PROG} eval: {e}") from None
     out_dir = args.logdir if os.path.isfile(os.path.join(args.logdir, "config.json")) else None
     rng_key = jax.random.key(args.seed)
     result: dict = {"step": agent.step, "env": agent.config.env, "seed": args.seed,
                     "num_simulations": agent._num_simulations(args.num_simulations),
-                    "search": agent.config.search, "search_kwargs": agent.config.search_kwargs}
+                    "search": agent.config.search, "search_kwargs": agent.config.search_kwargs,
+                    "model": agent.model}
     if evaluate_against is not None:
         try:
             stats = evaluate_against(agent, args.opponent, num_games=args.episodes,

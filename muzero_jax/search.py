@@ -31,6 +31,8 @@ __all__ = [
     "BUILTIN_SEARCHES",
     "make_root_fn",
     "make_recurrent_fn",
+    "make_env_root_fn",
+    "make_env_recurrent_fn",
     "resolve_search",
     "batch_search",
     "check_search_fn",
@@ -136,6 +138,76 @@ def make_recurrent_fn(
             value=value_support.logits_to_scalar(out.value_logits),
         )
         return output, out.hidden
+
+    return recurrent_fn
+
+
+def make_env_root_fn(networks: Networks, value_support: DiscreteSupport):
+    """Returns `root_fn(params, observation[B, *obs], env_state) -> mctx.RootFnOutput`
+    for a search in the environment's own dynamics (`make_env_recurrent_fn`).
+
+    The prior and value are the networks' (`initial_inference`), as for the
+    learned model; the embedding is `(env_state, done[B] = False)`.
+    """
+
+    def root_fn(params: Params, observation: chex.Array, env_state) -> mctx.RootFnOutput:
+        out = networks.initial_inference(params, observation)
+        done = jnp.zeros(observation.shape[:1], jnp.bool_)
+        return mctx.RootFnOutput(
+            prior_logits=out.policy_logits,
+            value=value_support.logits_to_scalar(out.value_logits),
+            embedding=(env_state, done),
+        )
+
+    return root_fn
+
+
+def make_env_recurrent_fn(
+    env: Any,
+    networks: Networks,
+    value_support: DiscreteSupport,
+    *,
+    discount: float,
+) -> mctx.RecurrentFn:
+    """Returns mctx's `recurrent_fn` searching in the environment itself.
+
+    AlphaZero's planning with MuZero's networks: a node's embedding is
+    `(env_state, done)`; expanding it steps the (auto-resetting) environment,
+    takes the reward it gives (the mover's in two-player games), and asks the
+    networks' `initial_inference` for the prior and value of the *real*
+    observation reached. Past the end of an episode the value is 0 and the
+    discount 0, so nothing beyond a terminal state counts; illegal actions
+    of interior nodes get prior logit -1e9 (the root's are masked by the
+    search's `invalid_actions`). It is exact where the environment's step
+    is deterministic given its state (the pgx board games); it tells how
+    much of an agent's strength its learned model costs (`load_agent(...,
+    model="env")`, `muzero-jax eval --model env`).
+
+    Args:
+      env: the `Environment` whose `step` the search calls.
+      networks: the networks (only `initial_inference` is used).
+      value_support: support of the value head.
+      discount: the environment's discount gamma, in [0, 1]; negated between
+        plies in two-player games, as in `make_recurrent_fn`.
+    """
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {discount!r}")
+    signed_discount = -discount if env.num_players == 2 else discount
+    batched_step = jax.vmap(env.step)
+
+    def recurrent_fn(params: Params, rng_key: chex.PRNGKey, action, embedding):
+        del rng_key
+        env_state, done = embedding
+        env_state, ts = batched_step(env_state, action)
+        out = networks.initial_inference(params, ts.observation)
+        ended = done | ts.last
+        output = mctx.RecurrentFnOutput(
+            reward=jnp.where(done, 0.0, ts.reward).astype(jnp.float32),
+            discount=jnp.where(ended, 0.0, signed_discount).astype(jnp.float32),
+            prior_logits=jnp.where(ts.legal_action_mask, out.policy_logits, -1e9),
+            value=jnp.where(ended, 0.0, value_support.logits_to_scalar(out.value_logits)),
+        )
+        return output, (env_state, ended)
 
     return recurrent_fn
 

@@ -218,7 +218,7 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
     from muzero_jax.presets import preset
 
     class ColumnZero(StandInAgent):
-        step, config = 7, preset("connect_four")
+        step, config, model = 7, preset("connect_four"), "learned"
 
         def _num_simulations(self, n):
             return n or 1
@@ -226,7 +226,8 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
     agent = ColumnZero(make_env("connect_four"),
                        lambda s, ts, k: jax.numpy.argmax(ts.legal_action_mask, axis=-1))
     monkeypatch.setattr(muzero_jax.agent, "load_agent",
-                        lambda logdir, step=None, search=None, search_kwargs=None: agent)
+                        lambda logdir, step=None, search=None, search_kwargs=None,
+                        model="learned": agent)
     (tmp_path / "config.json").write_text("{}")
     assert main(["eval", "--logdir", str(tmp_path), "--opponent", "random", "--episodes", "3",
                  "--tactics"]) == 0
@@ -237,3 +238,35 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
     assert written["tactics"] == expected["tactics"] and written["as_first"] == \
         expected["as_first"]
     assert f"of the agent's {expected['tactics']['losses']['num_lost']} losses" in out
+
+
+def test_an_agent_planning_in_the_game_beats_random_with_untrained_networks():
+    """`Agent(..., model="env")` searches Connect Four itself from the games'
+    states (the arena passes them): with untrained networks (prior uniform,
+    value ~0) 64 simulations of PUCT take the immediate wins and make the
+    forced blocks, and win nearly every game against random play; the same
+    networks searching their (untrained) learned model do not."""
+    import dataclasses
+
+    from muzero_jax.agent import Agent
+    from muzero_jax.learning import make_train
+    from muzero_jax.networks import MLPConfig
+    from muzero_jax.presets import preset
+
+    config = dataclasses.replace(
+        preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
+        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
+        mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)),
+        search="muzero", search_kwargs='{"dirichlet_fraction": 0.0}')
+    trainer = make_train(config)
+    params = trainer.init(jax.random.key(0)).params
+    rates = {}
+    for model in ("env", "learned"):
+        agent = Agent(config, trainer, params, model=model)
+        out = arena.evaluate_against(agent, "random", num_games=12, rng_key=jax.random.key(1),
+                                     num_simulations=64, tactics=True)
+        rates[model] = out["win_rate"]
+        if model == "env":
+            assert out["tactics"]["agent"]["wins_taken"] == 1.0
+            assert out["tactics"]["agent"]["blocks_made"] == 1.0
+    assert rates["env"] >= 0.9 and rates["learned"] <= 0.75, rates

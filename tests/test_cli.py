@@ -167,4 +167,19 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
         assert main(["eval", "--logdir", str(logdir), *bad]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+    assert main(["eval", "--logdir", str(logdir), "--model", "oracle"]) == 2
+    err = capsys.readouterr().err
+    assert "--model must be one of learned, env" in err and len(err.strip().splitlines()) == 1
     assert json.loads((logdir / "eval.json").read_text()) == result
+
+    # The same network planning in the environment's own dynamics.
+    assert main(["eval", "--logdir", str(logdir), "--episodes", "6", "--num-simulations", "8",
+                 "--model", "env"]) == 0
+    capsys.readouterr()
+    result = json.loads((logdir / "eval.json").read_text())
+    assert result["model"] == "env" and result["search"] == "gumbel_muzero"
+    in_env = load_agent(logdir, model="env")
+    assert result["returns"] == [float(r) for r in in_env.evaluate(6, jax.random.key(0),
+                                                                    num_simulations=8)]
+    with pytest.raises(ValueError, match="env_state"):
+        in_env.search(obs, num_simulations=8)

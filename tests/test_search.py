@@ -310,3 +310,92 @@ def test_module_attr_resolves_from_the_working_directory(tmp_path, monkeypatch):
     assert resolve_search("my_search_mod_xyz:search") is mctx.gumbel_muzero_policy
     with pytest.raises(ValueError, match="'no_such_mod_xyz' does not import"):
         resolve_search("no_such_mod_xyz:search")
+
+
+def _null_networks(num_actions: int, value_bins: int):
+    """Networks that know nothing: uniform prior, value exactly 0 (all mass on
+    the support's middle bin; Gumbel MuZero's min-max normalisation would
+    blow a value of -6e-5 up into a preference), everywhere. Only `initial_inference` is read by the
+    search in the environment."""
+    from muzero_jax.networks import NetworkOutput
+
+    def initial_inference(params, observation):
+        b = observation.shape[0]
+        return NetworkOutput(hidden=jnp.zeros((b, 1)), reward_logits=jnp.zeros((b, 1)),
+                             policy_logits=jnp.zeros((b, num_actions)),
+                             value_logits=jnp.full((b, value_bins), -1e9).at[
+                                 :, value_bins // 2].set(0.0))
+
+    return Networks(init=None, representation=None, dynamics=None, prediction=None,
+                    initial_inference=initial_inference, recurrent_inference=None,
+                    num_actions=num_actions, value_bins=value_bins, reward_bins=1)
+
+
+def _connect_four_after(moves, batch=2):
+    from muzero_jax.envs import make_env
+
+    env = make_env("connect_four")
+    state, ts = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), batch))
+    for m in moves:
+        state, ts = jax.vmap(env.step)(state, jnp.full((batch,), m, jnp.int32))
+    return env, state, ts
+
+
+@pytest.mark.parametrize("policy", ["gumbel_muzero", "muzero"])
+def test_search_in_the_environment_takes_the_win_and_blocks(policy):
+    """With networks that know nothing (uniform prior, value 0 everywhere), a
+    search in Connect Four's own dynamics finds what only the real game can
+    tell: the winning move (one ply), and the one move that stops the
+    opponent's (two plies: every other move lets them win)."""
+    from muzero_jax.search import make_env_recurrent_fn, make_env_root_fn
+
+    support = make_support(6)
+    nets = _null_networks(7, support.num_bins)
+    kwargs = {"gumbel_scale": 0.0} if policy == "gumbel_muzero" else {"dirichlet_fraction": 0.0}
+    search = resolve_search(policy, kwargs)
+    # The player to move has three in column 0, then three on the bottom row
+    # from the left: it wins there; one ply earlier the other player must block.
+    env = _connect_four_after([])[0]
+    recurrent = make_env_recurrent_fn(env, nets, support, discount=1.0)
+
+    @jax.jit
+    def run(state, ts):
+        root = make_env_root_fn(nets, support)((), ts.observation, state)
+        return search((), jax.random.key(1), root, recurrent, num_simulations=200,
+                      invalid_actions=~ts.legal_action_mask)
+
+    for moves, best in (([0, 1, 0, 1, 0, 2], 0), ([0, 1, 0, 1, 0], 0),
+                        ([0, 0, 1, 1, 2, 2], 3), ([0, 0, 1, 1, 2], 3)):
+        _, state, ts = _connect_four_after(moves)
+        out = run(state, ts)
+        visits = np.asarray(out.search_tree.summary().visit_counts)
+        np.testing.assert_array_equal(visits.argmax(-1), best, err_msg=f"{policy} {moves}")
+
+
+def test_search_in_the_environment_stops_at_the_end_of_the_game():
+    """The move that wins gives the mover reward 1 and ends the game
+    (discount 0, value 0); anything after it counts for nothing, though the
+    auto-resetting environment has started a new game underneath. A move that
+    goes on passes the value on with discount -1."""
+    from muzero_jax.search import make_env_recurrent_fn
+
+    support = make_support(6)
+    env, state, ts = _connect_four_after([0, 1, 0, 1, 0, 2])
+    recurrent = make_env_recurrent_fn(env, _null_networks(7, support.num_bins), support,
+                                      discount=1.0)
+    done = jnp.zeros((2,), bool)
+    out, (after, ended) = recurrent((), jax.random.key(0), jnp.array([0, 3]), (state, done))
+    np.testing.assert_allclose(out.reward, [1.0, 0.0])
+    np.testing.assert_allclose(out.discount, [0.0, -1.0])
+    np.testing.assert_allclose(out.value, [0.0, 0.0])
+    np.testing.assert_array_equal(ended, [True, False])
+    out2, (_, ended2) = recurrent((), jax.random.key(0), jnp.array([0, 0]), (after, ended))
+    np.testing.assert_allclose(out2.reward, [0.0, 0.0])
+    np.testing.assert_allclose(out2.discount, [0.0, -1.0])
+    np.testing.assert_array_equal(ended2, [True, False])
+    # Interior nodes offer only legal moves: column 0 is full after six plies there.
+    _, state, _ = _connect_four_after([0, 0, 0, 0, 0])
+    out3, _ = recurrent((), jax.random.key(0), jnp.array([0, 1]), (state, done))
+    assert float(out3.prior_logits[0, 0]) <= -1e8 and float(out3.prior_logits[1, 0]) == 0.0
+    with pytest.raises(ValueError, match="discount"):
+        make_env_recurrent_fn(env, _null_networks(7, support.num_bins), support, discount=1.5)
