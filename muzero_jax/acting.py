@@ -117,6 +117,7 @@ def make_act_step(
     action_rewards: bool = False,
     action_threats: bool = False,
     reply_labels: bool = False,
+    action_predictions: Callable[..., tuple[chex.Array, chex.Array]] | None = None,
 ):
     """Returns `act_step(params, actor, rng_key, temperature) -> (actor, row, stats)`.
 
@@ -168,6 +169,25 @@ def make_act_step(
         reply = jnp.where(reward[best] > 0, best, random).astype(jnp.int32)
         ok = ~ts_a.last & jnp.any(legal)
         return jnp.where(ok, reply, -1), jnp.where(ok, reward[reply], 0.0)
+
+    # [B] states x [A] actions -> the timesteps every action leads to ([B, A, ...]).
+    every_action_timestep = jax.vmap(
+        jax.vmap(lambda state, a: env.step(state, a)[1], in_axes=(None, 0)), in_axes=(0, None))
+
+    def every_action_prediction(params, env_state, ts):
+        """`([B, A] values, [B, A, A] policies)` on the observation after each action."""
+        b, a = ts.legal_action_mask.shape
+        after = every_action_timestep(env_state, jnp.arange(a, dtype=jnp.int32))
+        flat = after.observation.reshape((b * a,) + after.observation.shape[2:])
+        value, logits = action_predictions(params, flat)
+        legal_after = after.legal_action_mask  # [B, A, A]
+        policy = jax.nn.softmax(
+            jnp.where(legal_after, logits.reshape(b, a, a), -jnp.inf), axis=-1)
+        # Labelled: legal actions of a running episode that do not end it.
+        ok = ts.legal_action_mask & ~ts.last[:, None] & ~after.last & jnp.any(legal_after, -1)
+        value = jnp.where(ok, value.reshape(b, a), 0.0).astype(jnp.float32)
+        policy = jnp.where(ok[..., None], policy, 0.0).astype(jnp.float32)
+        return value, policy
 
     every_action_reply = jax.vmap(jax.vmap(one_reply, in_axes=(None, 0, 0)), in_axes=(0, None, 0))
 
@@ -223,6 +243,9 @@ def make_act_step(
             row = row._replace(
                 action_replies=jnp.where(legal, replies, -1).astype(jnp.int32),
                 reply_rewards=jnp.where(legal, reply_rewards, 0.0).astype(jnp.float32))
+        if action_predictions is not None:
+            values, policies = every_action_prediction(params, actor.env_state, ts)
+            row = row._replace(action_values=values, action_policies=policies)
         env_state, next_ts = batched_step(actor.env_state, action)
         # Returns from player 0's point of view: in two-player games the reward
         # is the mover's, i.e. player `to_play` of the previous timestep.

@@ -92,6 +92,19 @@ class Config:
         sampled positions, which moves let the opponent win at once (a missed
         block), including moves never played. When > 0 the loss gets
         `threat_value_loss_weight=` and the batch `target_action_threat`.
+      action_prediction_loss_weight: weight of a value and policy loss on the
+        hidden states that every-action dynamics reaches (0: off; needs
+        `action_reward_loss_weight` > 0). While acting, the networks' own
+        prediction (`initial_inference`, the acting parameters) is taken on
+        the real observation each legal action leads to, and the learner
+        trains the prediction at the dynamics' hidden state for that action
+        towards it: value cross-entropy towards that value (0 where the action
+        ends the episode), policy cross-entropy towards that policy (masked
+        to the legal actions there; none where the action ends the episode).
+        Beyond the paper: self-play trains the dynamics only along the
+        actions played, while the search evaluates the learned model after
+        every action. When > 0 the loss gets `action_prediction_loss_weight=`
+        and the batch `target_action_value` / `target_action_policy`.
       reply_reward_loss_weight: weight of a reward loss one move deeper
         (0: off; needs `action_reward_loss_weight` > 0). While acting, the
         environment is also stepped once per reply after each action; for
@@ -182,6 +195,7 @@ class Config:
     action_reward_steps: int = 1
     threat_value_loss_weight: float = 0.0
     reply_reward_loss_weight: float = 0.0
+    action_prediction_loss_weight: float = 0.0
     augment_symmetries: bool = False
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
@@ -230,7 +244,7 @@ class Config:
         for name in ("weight_decay", "max_grad_norm", "value_loss_weight",
                      "reward_loss_weight", "consistency_loss_weight",
                      "action_reward_loss_weight", "threat_value_loss_weight",
-                     "reply_reward_loss_weight",
+                     "reply_reward_loss_weight", "action_prediction_loss_weight",
                      "priority_alpha",
                      "target_ema", "momentum"):
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
@@ -275,6 +289,11 @@ class Config:
                 f"reply_reward_loss_weight={self.reply_reward_loss_weight} needs "
                 "action_reward_loss_weight > 0: it steps on from the same every-action "
                 "dynamics")
+        if self.action_prediction_loss_weight > 0 and not self.action_reward_loss_weight > 0:
+            raise ValueError(
+                f"action_prediction_loss_weight={self.action_prediction_loss_weight} needs "
+                "action_reward_loss_weight > 0: it trains the prediction after the same "
+                "every-action dynamics")
         if not isinstance(self.augment_symmetries, bool):
             raise ValueError(
                 f"augment_symmetries must be true or false, got {self.augment_symmetries!r}")

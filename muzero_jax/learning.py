@@ -109,6 +109,7 @@ class IterationMetrics(NamedTuple):
     action_reward_loss: chex.Array
     threat_value_loss: chex.Array
     reply_reward_loss: chex.Array
+    action_prediction_loss: chex.Array
     learning_rate: chex.Array
     temperature: chex.Array
     learned: chex.Array
@@ -327,7 +328,10 @@ def make_train(
         `target_action_reward` and `action_reward_mask`), and with
         `config.threat_value_loss_weight > 0` `threat_value_loss_weight=` (and
         `target_action_threat`), and with `config.reply_reward_loss_weight > 0`
-        `reply_reward_loss_weight=` (and `target_reply`, `target_reply_reward`).
+        `reply_reward_loss_weight=` (and `target_reply`, `target_reply_reward`),
+        and with `config.action_prediction_loss_weight > 0`
+        `action_prediction_loss_weight=` (and `target_action_value`,
+        `target_action_policy`).
       compiler_options: XLA options for compiling `iteration` and `evaluate`
         (default: `default_compiler_options()`).
       num_seeds: S > 1 runs S independent seeds in one program (`jax.vmap`
@@ -358,6 +362,7 @@ def make_train(
     action_reward = config.action_reward_loss_weight > 0
     threat = config.threat_value_loss_weight > 0
     reply = config.reply_reward_loss_weight > 0
+    predict = config.action_prediction_loss_weight > 0
     if threat and env.num_players != 2:
         raise ValueError(f"threat_value_loss_weight needs a two-player game; {env.name!r} has "
                          f"{env.num_players} player(s)")
@@ -375,6 +380,9 @@ def make_train(
         extra_loss_kwargs["threat_value_loss_weight"] = config.threat_value_loss_weight
     if reply:
         extra_loss_kwargs["reply_reward_loss_weight"] = config.reply_reward_loss_weight
+    if predict:
+        extra_loss_kwargs["action_prediction_loss_weight"] = (
+            config.action_prediction_loss_weight)
     if loss_fn is not None:
         for name in extra_loss_kwargs:
             _check_accepts(loss_fn, name)
@@ -409,6 +417,10 @@ def make_train(
         projection_size=config.consistency_projection_size if consistency else 0,
     )
     root_fn = make_root_fn(networks, value_support)
+
+    def predict_observations(params, observation):
+        out = networks.initial_inference(params, observation)
+        return value_support.logits_to_scalar(out.value_logits), out.policy_logits
     recurrent_fn = make_recurrent_fn(
         networks, value_support, reward_support, discount=config.discount, two_player=two_player
     )
@@ -448,6 +460,7 @@ def make_train(
         action_rewards=action_reward,
         action_threats=threat,
         reply_labels=reply,
+        action_predictions=predict_observations if predict else None,
     )
     rollout = make_rollout(act_step, config.rollout_length)
     loss_fn = functools.partial(
@@ -524,6 +537,9 @@ def make_train(
         if reply:
             batch = batch._replace(target_reply=seqs.action_replies[:, :k],
                                    target_reply_reward=seqs.reply_rewards[:, :k])
+        if predict:
+            batch = batch._replace(target_action_value=seqs.action_values[:, :k],
+                                   target_action_policy=seqs.action_policies[:, :k])
         if config.augment_symmetries:
             batch = augment_batch(batch, env.symmetries, augment_key)
         params, opt_state, grad_norm, metrics = learner_step(params, opt_state, batch)
@@ -545,6 +561,7 @@ def make_train(
             jnp.asarray(metrics.action_reward_loss, jnp.float32),
             jnp.asarray(metrics.threat_value_loss, jnp.float32),
             jnp.asarray(metrics.reply_reward_loss, jnp.float32),
+            jnp.asarray(metrics.action_prediction_loss, jnp.float32),
         )
         return (params, target_params, opt_state, replay, updates), out
 
@@ -577,7 +594,7 @@ def make_train(
 
         def skip(operand):
             zero = jnp.zeros((), jnp.float32)
-            return operand, (zero,) * 11
+            return operand, (zero,) * 12
 
         operand = (state.params, state.target_params, state.opt_state, replay,
                    counters.updates)
@@ -588,7 +605,7 @@ def make_train(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)] + [jnp.isfinite(outs[0])]
         ))
         (loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss, ar_loss, tv_loss,
-         rr_loss) = (jax.lax.pmean(o, AXIS) for o in outs)
+         rr_loss, ap_loss) = (jax.lax.pmean(o, AXIS) for o in outs)
         ep = jax.tree.map(lambda x: jax.lax.psum(x, AXIS), stats)
         metrics = IterationMetrics(
             loss=loss, value_loss=v_loss, reward_loss=r_loss, policy_loss=p_loss,
@@ -597,6 +614,7 @@ def make_train(
             action_reward_loss=ar_loss,
             threat_value_loss=tv_loss,
             reply_reward_loss=rr_loss,
+            action_prediction_loss=ap_loss,
             learning_rate=jnp.asarray(lr_schedule(jnp.maximum(updates - 1, 0)), jnp.float32),
             temperature=temperature,
             learned=can_learn.astype(jnp.float32),
@@ -652,7 +670,7 @@ def make_train(
         def local_init(key):
             actor_key, rng = jax.random.split(key)
             actor = init_actor(env, actor_key, local_envs)
-            row = _example_row(env, action_reward, threat, reply)
+            row = _example_row(env, action_reward, threat, reply, predict)
             return buffer.init(row), actor, rng
 
         replay, actor, rngs = jax.vmap(local_init)(jax.random.split(device_key, num_devices))
@@ -710,7 +728,8 @@ def make_train(
 
 
 def _example_row(env: Environment, action_rewards: bool = False,
-                 action_threats: bool = False, reply_labels: bool = False) -> Trajectory:
+                 action_threats: bool = False, reply_labels: bool = False,
+                 action_predictions: bool = False) -> Trajectory:
     a = env.num_actions
     return Trajectory(
         observation=jnp.zeros(env.observation_shape, jnp.float32),
@@ -728,6 +747,8 @@ def _example_row(env: Environment, action_rewards: bool = False,
         action_threats=jnp.zeros((a,), jnp.float32) if action_threats else None,
         action_replies=jnp.zeros((a,), jnp.int32) if reply_labels else None,
         reply_rewards=jnp.zeros((a,), jnp.float32) if reply_labels else None,
+        action_values=jnp.zeros((a,), jnp.float32) if action_predictions else None,
+        action_policies=jnp.zeros((a, a), jnp.float32) if action_predictions else None,
     )
 
 

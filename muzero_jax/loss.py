@@ -68,6 +68,13 @@ class LossBatch(NamedTuple):
       target_reply_reward: `[B, K, A]` that reply's reward for its mover
         (only the reply-reward loss reads them, where the reply is >= 0 and
         `action_reward_mask` is 1; None without it).
+      target_action_value: `[B, K, A]` for each action from the position at
+        step k, the value of the position it leads to for the player to move
+        there, from the networks' prediction on the real observation (0
+        where the action ends the episode; only the action-prediction loss
+        reads it, where `action_reward_mask` is 1; None without it), and
+      target_action_policy: `[B, K, A, A]` the policy there (zeros where
+        there is none; the policy term counts where it sums to 1).
     """
 
     observation: chex.Array
@@ -85,6 +92,8 @@ class LossBatch(NamedTuple):
     target_action_threat: chex.Array | None = None
     target_reply: chex.Array | None = None
     target_reply_reward: chex.Array | None = None
+    target_action_value: chex.Array | None = None
+    target_action_policy: chex.Array | None = None
 
 
 class LossMetrics(NamedTuple):
@@ -110,6 +119,10 @@ class LossMetrics(NamedTuple):
       reply_reward_loss: reward cross-entropy of the labelled reply after
         every action, averaged over the labelled actions of a position,
         summed over the steps the term covers (unweighted; 0 when it is off).
+      action_prediction_loss: value plus policy cross-entropy of the
+        prediction after every action against the labelled prediction,
+        each averaged over its labelled actions of a position, summed over
+        the steps the term covers (unweighted; 0 when it is off).
     """
 
     loss: chex.Array
@@ -124,6 +137,7 @@ class LossMetrics(NamedTuple):
     action_reward_loss: chex.Array = 0.0
     threat_value_loss: chex.Array = 0.0
     reply_reward_loss: chex.Array = 0.0
+    action_prediction_loss: chex.Array = 0.0
 
 
 def _unit(x: chex.Array, eps: float = 1e-5) -> chex.Array:
@@ -149,6 +163,7 @@ def unrolled_loss(
     action_reward_steps: int | None = None,
     threat_value_loss_weight: float = 0.0,
     reply_reward_loss_weight: float = 0.0,
+    action_prediction_loss_weight: float = 0.0,
 ) -> tuple[chex.Array, LossMetrics]:
     """MuZero's loss over K unroll steps, with the paper's gradient scaling.
 
@@ -175,7 +190,13 @@ def unrolled_loss(
     more, from each of those hidden states (gradient scaled by 0.5 as
     between unroll steps), to its labelled reply
     (`batch.target_reply`) against `batch.target_reply_reward`, averaged over
-    the labelled actions. Each term
+    the labelled actions, plus, for `action_prediction_loss_weight` > 0
+    (which needs the action-reward term too), that weight times the value
+    and policy cross-entropies of the prediction at each of those
+    every-action hidden states against `batch.target_action_value` and
+    `batch.target_action_policy` (the networks' own prediction on the real
+    observation the action leads to), each averaged over its labelled
+    actions. Each term
     is masked by its mask; the total is
     `sum_k scale_gradient(l_k, 1 / K if k > 0 else 1)`, weighted per example by
     `importance_weight` and averaged over the batch. All targets are wrapped in
@@ -214,6 +235,11 @@ def unrolled_loss(
         MuZero). Needs `action_reward_loss_weight` > 0 and
         `batch.target_reply` / `batch.target_reply_reward`. Costs one more
         dynamics call on B * A rows for each covered step.
+      action_prediction_loss_weight: weight of the action-prediction term (0,
+        off, in MuZero). Needs `action_reward_loss_weight` > 0 and
+        `batch.target_action_value` / `batch.target_action_policy`. Costs one
+        prediction call on B * A rows for each covered step (shared with the
+        threat-value term).
 
     Returns:
       `(loss, metrics)`: the scalar loss and a `LossMetrics`.
@@ -277,6 +303,22 @@ def unrolled_loss(
         reply_probs = reward_support.scalar_to_probs(
             jax.lax.stop_gradient(batch.target_reply_reward))  # [B, K, A, bins]
         reply_mask = action_reward_mask * (target_reply >= 0)
+
+    predict = action_prediction_loss_weight > 0
+    if predict:
+        if not action_reward:
+            raise ValueError("action_prediction_loss_weight > 0 needs action_reward_loss_weight "
+                             "> 0 (it reads the prediction after the same every-action dynamics)")
+        if batch.target_action_value is None or batch.target_action_policy is None:
+            raise ValueError("action_prediction_loss_weight > 0 needs a batch with "
+                             "target_action_value and target_action_policy")
+        chex.assert_shape(batch.target_action_value, (batch_size, num_steps, num_actions))
+        chex.assert_shape(batch.target_action_policy,
+                          (batch_size, num_steps, num_actions, num_actions))
+        action_value_probs = value_support.scalar_to_probs(
+            jax.lax.stop_gradient(batch.target_action_value))  # [B, K, A, bins]
+        action_policy = jax.lax.stop_gradient(batch.target_action_policy)  # [B, K, A, A]
+        action_policy_mask = action_reward_mask * (jnp.sum(action_policy, axis=-1) > 0.5)
 
     targets = jax.lax.stop_gradient(
         (batch.target_value, batch.target_reward, batch.target_policy)
@@ -342,10 +384,18 @@ def unrolled_loss(
         probs = jnp.swapaxes(action_reward_probs[:, :covered], 0, 1)  # [S, B, A, bins]
         mask = jnp.swapaxes(action_reward_mask[:, :covered], 0, 1)  # [S, B, A]
         reward_ce = mean_over_actions(_masked_ce(logits, probs), mask)
-        threat_ce = reply_ce = jnp.zeros_like(reward_ce)
-        if threat:
-            _, value_logits = networks.prediction(params, after)
+        threat_ce = reply_ce = predict_ce = jnp.zeros_like(reward_ce)
+        if threat or predict:
+            policy_logits, value_logits = networks.prediction(params, after)
             value_logits = value_logits.reshape(lead + value_logits.shape[1:])
+            policy_logits = policy_logits.reshape(lead + policy_logits.shape[1:])
+        if predict:
+            v_probs = jnp.swapaxes(action_value_probs[:, :covered], 0, 1)  # [S, B, A, bins]
+            p_target = jnp.swapaxes(action_policy[:, :covered], 0, 1)  # [S, B, A, A]
+            p_mask = jnp.swapaxes(action_policy_mask[:, :covered], 0, 1)
+            predict_ce = (mean_over_actions(_masked_ce(value_logits, v_probs), mask)
+                          + mean_over_actions(_masked_ce(policy_logits, p_target), p_mask))
+        if threat:
             t_probs = jnp.swapaxes(threat_probs[:, :covered], 0, 1)
             t_mask = jnp.swapaxes(threat_mask[:, :covered], 0, 1)
             threat_ce = mean_over_actions(_masked_ce(value_logits, t_probs), t_mask)
@@ -358,7 +408,7 @@ def unrolled_loss(
             r_probs = jnp.swapaxes(reply_probs[:, :covered], 0, 1)
             r_mask = jnp.swapaxes(reply_mask[:, :covered], 0, 1)
             reply_ce = mean_over_actions(_masked_ce(r_logits, r_probs), r_mask)
-        return reward_ce, threat_ce, reply_ce
+        return reward_ce, threat_ce, reply_ce, predict_ce
 
     # Step 0: initial inference, no reward loss, gradient scale 1.
     out0 = networks.initial_inference(params, batch.observation)
@@ -385,12 +435,13 @@ def unrolled_loss(
     per_example = loss0 + jnp.sum(l_steps, axis=0)  # [B]
     if action_reward:
         # The every-action term of step k belongs to step k's loss (scaled 1 / K).
-        ar_steps, tv_steps, rr_steps = action_reward_terms(sources[:covered])  # [S, B] each
+        ar_steps, tv_steps, rr_steps, ap_steps = action_reward_terms(sources[:covered])
         per_example = per_example + jnp.sum(scale_gradient(
             action_reward_loss_weight * ar_steps + threat_value_loss_weight * tv_steps
-            + reply_reward_loss_weight * rr_steps, 1.0 / num_steps), axis=0)
+            + reply_reward_loss_weight * rr_steps + action_prediction_loss_weight * ap_steps,
+            1.0 / num_steps), axis=0)
     else:
-        ar_steps = tv_steps = rr_steps = jnp.zeros((1, batch_size), jnp.float32)
+        ar_steps = tv_steps = rr_steps = ap_steps = jnp.zeros((1, batch_size), jnp.float32)
     loss = jnp.mean(per_example * weight)
 
     log_probs = jax.nn.log_softmax(out0.policy_logits)
@@ -408,5 +459,6 @@ def unrolled_loss(
         action_reward_loss=jnp.mean(jnp.sum(ar_steps, axis=0)),
         threat_value_loss=jnp.mean(jnp.sum(tv_steps, axis=0)),
         reply_reward_loss=jnp.mean(jnp.sum(rr_steps, axis=0)),
+        action_prediction_loss=jnp.mean(jnp.sum(ap_steps, axis=0)),
     )
     return loss, metrics

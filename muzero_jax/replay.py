@@ -88,6 +88,15 @@ class Trajectory(NamedTuple):
         `Config.reply_reward_loss_weight > 0`, None otherwise.
       reply_rewards: `[A]` float32, the reward of that reply for its mover
         (0 where the reply is -1); with `action_replies`.
+      action_values: `[A]` float32, for each legal action, the networks'
+        value (acting parameters) of the observation it leads to, for the
+        player to move there; 0 for illegal actions, actions that end the
+        episode and on `last` rows. Only with
+        `Config.action_prediction_loss_weight > 0`, None otherwise.
+      action_policies: `[A, A]` float32, for each such action, the networks'
+        policy there (softmax over the legal actions of that position); all
+        zeros where the value is 0 for the reasons above. With
+        `action_values`.
     """
 
     observation: Array
@@ -105,6 +114,8 @@ class Trajectory(NamedTuple):
     action_threats: Array | None = None
     action_replies: Array | None = None
     reply_rewards: Array | None = None
+    action_values: Array | None = None
+    action_policies: Array | None = None
 
 
 class ReplayState(NamedTuple):

@@ -179,6 +179,14 @@ def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
     if getattr(batch, "target_action_threat", None) is not None:
         moved = moved._replace(target_action_threat=jnp.take_along_axis(
             batch.target_action_threat, act_index[s][:, None, :], axis=2))
+    if getattr(batch, "target_action_value", None) is not None:
+        # Per action, and the policy after it is over actions too: both axes move.
+        index = act_index[s][:, None, :]
+        moved = moved._replace(
+            target_action_value=jnp.take_along_axis(batch.target_action_value, index, axis=2),
+            target_action_policy=jnp.take_along_axis(
+                jnp.take_along_axis(batch.target_action_policy, index[..., None], axis=2),
+                index[:, :, None, :], axis=3))
     if getattr(batch, "target_reply", None) is not None:
         # Per action, like the policy; the replies are actions, mapped like `actions`.
         reply = jnp.take_along_axis(batch.target_reply, act_index[s][:, None, :], axis=2)

@@ -120,7 +120,10 @@ def test_symmetries_move_the_labels_with_the_policy():
         # Each action's reply is the action itself (or -1): moved per action and
         # mapped as an action, it stays so.
         target_reply=jnp.where(policy[:, :k] > 0.2, -1, jnp.arange(9)).astype(jnp.int32),
-        target_reply_reward=3.0 * policy[:, :k])
+        target_reply_reward=3.0 * policy[:, :k],
+        # The policy after each action is over actions too: both axes move.
+        target_action_value=4.0 * policy[:, :k],
+        target_action_policy=policy[:, :k, :, None] * policy[:, 1:k + 1, None, :])
     out = augment_batch(batch, symmetries, jax.random.key(1))
     assert not np.array_equal(out.target_policy, policy)  # something moved
     np.testing.assert_array_equal(out.target_action_reward, out.target_policy[:, :k])
@@ -131,6 +134,10 @@ def test_symmetries_move_the_labels_with_the_policy():
     np.testing.assert_array_equal(
         out.target_reply, np.where(out.target_policy[:, :k] > 0.2, -1, np.arange(9)))
     assert (out.target_reply == -1).any()
+    np.testing.assert_array_equal(out.target_action_value, 4.0 * out.target_policy[:, :k])
+    np.testing.assert_allclose(
+        out.target_action_policy,
+        out.target_policy[:, :k, :, None] * out.target_policy[:, 1:k + 1, None, :], rtol=1e-6)
 
 
 def test_refusals_before_compiling():
@@ -238,3 +245,65 @@ def test_self_play_keeps_one_reply_per_move_the_winning_one_first():
 def test_reply_rewards_refused_without_every_move_rewards():
     with pytest.raises(ValueError, match="reply_reward_loss_weight=1.0 needs"):
         preset("tic_tac_toe", reply_reward_loss_weight=1.0)
+
+
+def test_self_play_stores_the_prediction_after_every_move():
+    """With `action_prediction_loss_weight`, each TicTacToe row keeps, per
+    legal move that leaves the game on, the networks' value and policy on the
+    board that move leads to, seen by the player to reply (the board built
+    here by hand and fed to the acting parameters); value 0 and no policy for
+    illegal moves, moves that end the game and `last` rows. Learning starts
+    at the third iteration, after its rollout, so rows 0-11 were acted with
+    the initial parameters."""
+    config = _tiny(action_reward_loss_weight=1.0, action_prediction_loss_weight=1.0)
+    trainer = make_train(config)
+    state = trainer.init(jax.random.key(3))
+    # Heads start at zero (every value ~0, every policy uniform): perturb the
+    # parameters so that what is stored depends on the board it was taken on.
+    leaves, tree = jax.tree.flatten(state.params)
+    keys = jax.random.split(jax.random.key(4), len(leaves))
+    state = state._replace(params=jax.tree.unflatten(tree, [
+        p + 0.3 * jax.random.normal(k, p.shape, p.dtype) for p, k in zip(leaves, keys)]))
+    params0 = jax.tree.map(np.array, state.params)  # the iteration donates its input
+    for _ in range(4):
+        state, metrics = trainer.iteration(state)
+    assert bool(metrics.finite) and bool(metrics.learned)
+    assert float(metrics.action_prediction_loss) > 0
+    data = jax.tree.map(lambda x: np.asarray(x[0][:, :12]), state.replay.data)
+    nets, support = trainer.networks, trainer.value_support
+    boards, where = [], []
+    for b, t in itertools.product(range(8), range(12)):
+        obs = data.observation[b, t]
+        mine, theirs = obs[..., 0] > 0, obs[..., 1] > 0
+        empty = ~(mine | theirs).reshape(-1)
+        wins = _winning_cells(obs)
+        for a in range(9):
+            ends = a in wins or empty.sum() == 1
+            if data.last[b, t] or not empty[a] or ends:
+                assert data.action_values[b, t, a] == 0.0, (b, t, a)
+                assert not data.action_policies[b, t, a].any(), (b, t, a)
+                continue
+            after_mine = mine.reshape(-1).copy()
+            after_mine[a] = True
+            boards.append(np.stack([theirs, after_mine.reshape(3, 3)], -1).astype(np.float32))
+            where.append((b, t, a, empty & (np.arange(9) != a)))
+    assert len(where) > 100
+    out = jax.jit(nets.initial_inference)(params0, jnp.asarray(np.stack(boards)))
+    values = np.asarray(jax.jit(support.logits_to_scalar)(out.value_logits))
+    assert values.std() > 0.05  # the values differ from board to board
+    logits = np.asarray(out.policy_logits, np.float64)
+    for i, (b, t, a, legal) in enumerate(where):
+        # (the value transform's inverse loses ~1e-4 to float32 rounding)
+        np.testing.assert_allclose(data.action_values[b, t, a], values[i], atol=2e-4)
+        expected = np.where(legal, np.exp(logits[i] - logits[i][legal].max()), 0.0)
+        np.testing.assert_allclose(data.action_policies[b, t, a], expected / expected.sum(),
+                                   atol=1e-5)
+
+
+def test_action_predictions_refused_without_every_move_rewards():
+    with pytest.raises(ValueError, match="action_prediction_loss_weight=1.0 needs"):
+        preset("tic_tac_toe", action_prediction_loss_weight=1.0)
+    with pytest.raises(ValueError, match="action_prediction_loss_weight"):
+        preset("tic_tac_toe", action_prediction_loss_weight=-1.0)
+    trainer = make_train(_tiny(action_reward_loss_weight=1.0))
+    assert trainer.init(jax.random.key(0)).replay.data.action_values is None

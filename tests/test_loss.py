@@ -342,7 +342,7 @@ def test_consistency_loss_matches_a_transcription():
 
 
 def _action_reward_transcription(params, batch, nets, weight, steps, threat_weight=0.0,
-                                 reply_weight=0.0):
+                                 reply_weight=0.0, predict_weight=0.0):
     """The every-action reward term written out per example, step and action:
     from the hidden state that step k's action is taken from (k < steps), the
     dynamics' reward cross-entropy of each action against its label, summed
@@ -353,12 +353,18 @@ def _action_reward_transcription(params, batch, nets, weight, steps, threat_weig
     actions whose label is positive, divided by their count (at least 1).
     With `reply_weight`, also the reward cross-entropy of the dynamics applied
     once more (hidden state scaled by 0.5) to each action's labelled reply,
-    over the labelled actions with a reply >= 0, divided by their count."""
+    over the labelled actions with a reply >= 0, divided by their count.
+    With `predict_weight`, also the value cross-entropy of the prediction at
+    each action's next hidden state against its value label over the
+    labelled actions (divided by their count), plus the policy cross-entropy
+    against its policy label over the labelled actions whose label sums to 1
+    (divided by their count)."""
 
     def sg(x, s):
         return x * s + jax.lax.stop_gradient(x) * (1 - s)
 
-    def example(image, actions, labels, mask, threats, replies, reply_rewards):
+    def example(image, actions, labels, mask, threats, replies, reply_rewards, values,
+                policies):
         num_steps = actions.shape[0]
         hidden = nets.initial_inference(params, image[None]).hidden
         total = 0.0
@@ -366,6 +372,7 @@ def _action_reward_transcription(params, batch, nets, weight, steps, threat_weig
             if k < steps:
                 term, threat_term, threat_count = 0.0, 0.0, 0.0
                 reply_term, reply_count = 0.0, 0.0
+                value_term, policy_term, policy_count = 0.0, 0.0, 0.0
                 for a in range(NUM_ACTIONS):
                     after, logits = nets.dynamics(params, hidden, jnp.array([a]))
                     probs = REWARD_SUPPORT.scalar_to_probs(labels[k, a])
@@ -384,6 +391,15 @@ def _action_reward_transcription(params, batch, nets, weight, steps, threat_weig
                         r_probs = REWARD_SUPPORT.scalar_to_probs(reply_rewards[k, a])
                         reply_term += -jnp.sum(r_probs * jax.nn.log_softmax(r_logits[0])) * counted
                         reply_count += counted
+                    if predict_weight:
+                        policy_logits, value_logits = nets.prediction(params, after)
+                        value_probs = VALUE_SUPPORT.scalar_to_probs(values[k, a])
+                        value_term += -jnp.sum(
+                            value_probs * jax.nn.log_softmax(value_logits[0])) * mask[k, a]
+                        counted = mask[k, a] * (jnp.sum(policies[k, a]) > 0.5)
+                        policy_term += -jnp.sum(
+                            policies[k, a] * jax.nn.log_softmax(policy_logits[0])) * counted
+                        policy_count += counted
                 total += sg(weight * term / jnp.maximum(jnp.sum(mask[k]), 1.0), 1.0 / num_steps)
                 if threat_weight:
                     total += sg(threat_weight * threat_term / jnp.maximum(threat_count, 1.0),
@@ -391,6 +407,10 @@ def _action_reward_transcription(params, batch, nets, weight, steps, threat_weig
                 if reply_weight:
                     total += sg(reply_weight * reply_term / jnp.maximum(reply_count, 1.0),
                                 1.0 / num_steps)
+                if predict_weight:
+                    total += sg(predict_weight * (
+                        value_term / jnp.maximum(jnp.sum(mask[k]), 1.0)
+                        + policy_term / jnp.maximum(policy_count, 1.0)), 1.0 / num_steps)
             out = nets.recurrent_inference(params, hidden, actions[k:k + 1])
             hidden = sg(out.hidden, 0.5)
         return total
@@ -399,22 +419,28 @@ def _action_reward_transcription(params, batch, nets, weight, steps, threat_weig
     threats = zeros if batch.target_action_threat is None else batch.target_action_threat
     replies = zeros.astype(jnp.int32) if batch.target_reply is None else batch.target_reply
     reply_rewards = zeros if batch.target_reply_reward is None else batch.target_reply_reward
+    values = zeros if batch.target_action_value is None else batch.target_action_value
+    policies = (jnp.zeros(zeros.shape + (NUM_ACTIONS,)) if batch.target_action_policy is None
+                else batch.target_action_policy)
     return jnp.mean(jax.vmap(example)(batch.observation, batch.actions,
                                       batch.target_action_reward, batch.action_reward_mask,
-                                      threats, replies, reply_rewards))
+                                      threats, replies, reply_rewards, values, policies))
 
 
 # Two covered steps exercise both the representation's and the dynamics' hidden
-# states, here with the threat-value and reply-reward terms too; one step
+# states, here with the threat-value, reply-reward and action-prediction terms
+# too; one step
 # without them is the same code with a shorter slice (slow: ~45 s of compile).
-@pytest.mark.parametrize("steps,threat_weight,reply_weight",
-                         [pytest.param(1, 0.0, 0.0, marks=pytest.mark.slow), (2, 2.0, 1.5)])
-def test_action_reward_loss_matches_a_transcription(steps, threat_weight, reply_weight):
+@pytest.mark.parametrize("steps,threat_weight,reply_weight,predict_weight",
+                         [pytest.param(1, 0.0, 0.0, 0.0, marks=pytest.mark.slow),
+                          (2, 2.0, 1.5, 1.25)])
+def test_action_reward_loss_matches_a_transcription(steps, threat_weight, reply_weight,
+                                                    predict_weight):
     nets, obs_shape = _networks("mlp")
     params = _random_params(nets, obs_shape, 5)
     k, b = 3, 5
     batch = _random_batch(obs_shape, b, k, 11)
-    ks = jax.random.split(jax.random.key(12), 5)
+    ks = jax.random.split(jax.random.key(12), 8)
     labels = jax.random.choice(ks[0], jnp.array([-1.0, 0.0, 1.0]), (b, k, NUM_ACTIONS))
     mask = (jax.random.uniform(ks[1], (b, k, NUM_ACTIONS)) > 0.3).astype(jnp.float32)
     mask = mask.at[0, 0].set(0.0)  # a position with no labelled action counts 0
@@ -424,17 +450,27 @@ def test_action_reward_loss_matches_a_transcription(steps, threat_weight, reply_
     replies = jax.random.randint(ks[3], (b, k, NUM_ACTIONS), -1, NUM_ACTIONS)
     reply_rewards = jax.random.choice(ks[4], jnp.array([-1.0, 0.0, 1.0]), (b, k, NUM_ACTIONS))
     reply_rewards = jnp.where(replies >= 0, reply_rewards, 0.0)
+    # The prediction after each action: a value in [-1, 1], and a policy where
+    # the action leaves the game on (~70 %; zeros elsewhere).
+    values = jax.random.uniform(ks[5], (b, k, NUM_ACTIONS), minval=-1.0, maxval=1.0)
+    has_policy = jax.random.uniform(ks[6], (b, k, NUM_ACTIONS, 1)) > 0.3
+    policies = jnp.where(has_policy, jax.nn.softmax(
+        jax.random.normal(ks[7], (b, k, NUM_ACTIONS, NUM_ACTIONS))), 0.0)
     batch = batch._replace(target_action_reward=labels, action_reward_mask=mask,
                            target_action_threat=threats if threat_weight else None,
                            target_reply=replies if reply_weight else None,
-                           target_reply_reward=reply_rewards if reply_weight else None)
+                           target_reply_reward=reply_rewards if reply_weight else None,
+                           target_action_value=values if predict_weight else None,
+                           target_action_policy=policies if predict_weight else None)
     kwargs = {"threat_value_loss_weight": threat_weight} if threat_weight else {}
     if reply_weight:
         kwargs["reply_reward_loss_weight"] = reply_weight
+    if predict_weight:
+        kwargs["action_prediction_loss_weight"] = predict_weight
 
     def expected(p):
         return pseudocode_loss(p, batch, nets) + _action_reward_transcription(
-            p, batch, nets, 3.0, steps, threat_weight, reply_weight)
+            p, batch, nets, 3.0, steps, threat_weight, reply_weight, predict_weight)
 
     (loss, metrics), grads = _loss_and_grads(params, batch, nets, action_reward_loss_weight=3.0,
                                              action_reward_steps=steps, **kwargs)
@@ -445,10 +481,12 @@ def test_action_reward_loss_matches_a_transcription(steps, threat_weight, reply_
     # Forward, scale_gradient is the identity: each term adds weight x metric.
     np.testing.assert_allclose(
         loss - base, 3.0 * metrics.action_reward_loss + threat_weight * metrics.threat_value_loss
-        + reply_weight * metrics.reply_reward_loss, rtol=1e-4)
+        + reply_weight * metrics.reply_reward_loss
+        + predict_weight * metrics.action_prediction_loss, rtol=1e-4)
     assert base_metrics.action_reward_loss == 0.0 and float(metrics.action_reward_loss) > 0
     assert (float(metrics.threat_value_loss) > 0) == bool(threat_weight)
     assert (float(metrics.reply_reward_loss) > 0) == bool(reply_weight)
+    assert (float(metrics.action_prediction_loss) > 0) == bool(predict_weight)
     # Masked labels do not count: changing them changes nothing (threat labels
     # count only where positive and the action is labelled).
     moved = batch._replace(target_action_reward=jnp.where(mask > 0, labels, 7.0))
@@ -457,12 +495,16 @@ def test_action_reward_loss_matches_a_transcription(steps, threat_weight, reply_
     if reply_weight:  # rewards of unlabelled replies do not count either
         moved = moved._replace(target_reply_reward=jnp.where(
             (mask > 0) & (replies >= 0), reply_rewards, 5.0))
+    if predict_weight:  # nor the values of unlabelled actions
+        moved = moved._replace(target_action_value=jnp.where(mask > 0, values, 0.5))
     (loss_moved, _), _ = _loss_and_grads(params, moved, nets, action_reward_loss_weight=3.0,
                                          action_reward_steps=steps, **kwargs)
     np.testing.assert_allclose(loss_moved, loss, rtol=1e-6)
     # The two deeper terms: refused without the every-action term or their labels.
     for on, weight, labels in ((threat_weight, "threat_value_loss_weight", "target_action_threat"),
-                               (reply_weight, "reply_reward_loss_weight", "target_reply")):
+                               (reply_weight, "reply_reward_loss_weight", "target_reply"),
+                               (predict_weight, "action_prediction_loss_weight",
+                                "target_action_value")):
         if not on:
             continue
         with pytest.raises(ValueError, match="needs action_reward_loss_weight"):
