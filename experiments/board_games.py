@@ -370,6 +370,60 @@ def model_knowledge(networks, params, reward_support, positions, value_support=N
     return out
 
 
+def model_drift(networks, params, value_support, positions, *, depth: int = 3,
+                rng_key=None) -> dict:
+    """How far the learned model's values drift from the real game's.
+
+    From each of the tactics positions, `depth` uniformly random legal moves
+    are played both on the real game (pgx) and in the learned model (the
+    dynamics from the represented position). After each move k, the value the
+    prediction gives the model's hidden state is compared with the value it
+    gives the representation of the real position reached, both for the
+    player to move there; positions whose game has ended by then are left
+    out. This is what a search in the learned model relies on: on the real
+    positions the same network plans well (`muzero-jax eval --model env`).
+
+    Returns:
+      for k = 1..depth, `value_gap_k` (mean absolute difference),
+      `value_corr_k` (their correlation) and `value_rows_k` (positions still
+      in play), and `real_value_size_k` (mean |value| on the real positions).
+    """
+    from muzero_jax.envs.pgx import pgx_game
+
+    game = pgx_game("connect_four")
+    if rng_key is None:
+        rng_key = jax.random.key(30_000)
+
+    @jax.jit
+    def run(observation, games, key):
+        hidden = networks.representation(params, observation)
+        alive = jnp.ones(observation.shape[:1], bool)
+        rows = []
+        for k in jax.random.split(key, depth):
+            keys = jax.random.split(k, observation.shape[0])
+            move = jax.vmap(lambda kk, m: jax.random.categorical(
+                kk, jnp.where(m, 0.0, -jnp.inf)))(keys, games.legal_action_mask)
+            hidden, _ = networks.dynamics(params, hidden, move.astype(jnp.int32))
+            games = jax.vmap(game.step)(games, move.astype(jnp.int32))
+            alive = alive & ~games.terminated & ~games.truncated
+            model = value_support.logits_to_scalar(networks.prediction(params, hidden)[1])
+            real_hidden = networks.representation(params, games.observation.astype(jnp.float32))
+            real = value_support.logits_to_scalar(networks.prediction(params, real_hidden)[1])
+            rows.append((model, real, alive))
+        return rows
+
+    out = {}
+    for k, (model, real, alive) in enumerate(run(positions.observation, positions.game,
+                                                  rng_key), start=1):
+        alive = np.asarray(alive)
+        model, real = np.asarray(model)[alive], np.asarray(real)[alive]
+        out[f"value_gap_{k}"] = float(np.abs(model - real).mean())
+        out[f"value_corr_{k}"] = float(np.corrcoef(model, real)[0, 1])
+        out[f"value_rows_{k}"] = int(alive.sum())
+        out[f"real_value_size_{k}"] = float(np.abs(real).mean())
+    return out
+
+
 def self_play_knowledge(networks, params, reward_support, data, max_rows: int = 4096) -> dict:
     """`reward_picks_win` on the run's own self-play positions.
 
@@ -400,9 +454,10 @@ def self_play_knowledge(networks, params, reward_support, data, max_rows: int = 
 
 
 def model_report(logdir: str) -> dict:
-    """`model_knowledge` of a Connect Four run's final agent, printed as JSON;
-    with `self_play_knowledge` too when the run stored every-move labels."""
-    from muzero_jax.checkpoint import Checkpointer, find_checkpoint_dir
+    """`model_knowledge` and `model_drift` of a Connect Four run's final agent,
+    printed as JSON; with `self_play_knowledge` too when the run stored
+    every-move labels."""
+    from muzero_jax.checkpoint import Checkpointer, CheckpointError, find_checkpoint_dir
     from muzero_jax.config import config_from_dict
     from muzero_jax.learning import make_train
 
@@ -412,12 +467,21 @@ def model_report(logdir: str) -> dict:
         meta, step = checkpointer.read_meta(given_step)
         trainer = make_train(config_from_dict(meta["config"]))
         labelled = trainer.config.action_reward_loss_weight > 0
-        restored = checkpointer.restore(trainer, step, params_only=not labelled)
+        try:
+            restored = checkpointer.restore(trainer, step, params_only=not labelled)
+        except CheckpointError:
+            if not labelled:
+                raise
+            # A replay saved by an older version: report what the parameters know.
+            labelled = False
+            restored = checkpointer.restore(trainer, step, params_only=True)
     finally:
         checkpointer.close()
     args = (trainer.networks, restored.params, trainer.reward_support)
+    positions = _connect_four_positions()
     row = {"run": logdir, "step": step, **model_knowledge(
-        *args, _connect_four_positions(), value_support=trainer.value_support)}
+        *args, positions, value_support=trainer.value_support),
+        **model_drift(trainer.networks, restored.params, trainer.value_support, positions)}
     if labelled:
         row.update(self_play_knowledge(*args, restored.state.replay.data))
     print(json.dumps(row))
@@ -522,7 +586,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-report", default=None, metavar="RUN",
                         help="only print what a Connect Four run's learned model knows "
                              "without search: how often its predicted rewards pick a "
-                             "winning move, and a safe one where a block is needed")
+                             "winning move, and a safe one where a block is needed, and "
+                             "how far its values drift from the real game's 1-3 moves on")
     args = parser.parse_args(argv)
     if args.model_report:
         model_report(args.model_report)

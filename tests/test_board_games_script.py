@@ -105,3 +105,42 @@ def test_model_knowledge_scores_an_oracle_model_perfect_and_its_opposite_zero():
     assert own["self_play_win_share"] == float(positions.has_win.mean())
     assert self_play_knowledge(networks(-1.0), None, support, rows)[
         "self_play_reward_picks_win"] == 0.0
+
+
+def test_model_drift_is_zero_for_a_model_that_tracks_the_game_and_k_over_42_for_a_frozen_one():
+    """A stand-in model whose hidden state is the share of the 42 cells filled
+    (value = that share) and whose dynamics adds one stone per move tracks the
+    real game exactly: gap 0, correlation 1 at every depth; the same model
+    with a dynamics that changes nothing is off by exactly k / 42 after k
+    moves."""
+    import types
+
+    import jax.numpy as jnp
+
+    from experiments.board_games import model_drift
+    from muzero_jax.arena import tactical_positions
+    from muzero_jax.value_transforms import make_support
+
+    positions = tactical_positions("connect_four", 64, jax.random.key(4))
+    support = make_support(3)
+
+    def networks(stones_per_move):
+        def representation(params, obs):
+            return jnp.sum(obs, axis=(1, 2, 3)) / 42.0
+
+        def dynamics(params, hidden, action):
+            return hidden + stones_per_move / 42.0, None
+
+        def prediction(params, hidden):
+            return None, jnp.log(support.scalar_to_probs(hidden) + 1e-9)
+
+        return types.SimpleNamespace(num_actions=7, representation=representation,
+                                     dynamics=dynamics, prediction=prediction)
+
+    exact = model_drift(networks(1.0), None, support, positions)
+    frozen = model_drift(networks(0.0), None, support, positions)
+    for k in (1, 2, 3):
+        assert 0 < exact[f"value_rows_{k}"] <= 64
+        assert exact[f"value_gap_{k}"] < 1e-3 and exact[f"value_corr_{k}"] > 0.999
+        np.testing.assert_allclose(frozen[f"value_gap_{k}"], k / 42.0, atol=1e-3)
+        assert frozen[f"value_rows_{k}"] == exact[f"value_rows_{k}"]
