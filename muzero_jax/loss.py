@@ -140,6 +140,15 @@ class LossMetrics(NamedTuple):
     action_prediction_loss: chex.Array = 0.0
 
 
+def _check_every_action_term(weight: str, action_reward: bool, why: str, batch: LossBatch,
+                             labels: tuple[str, ...]) -> None:
+    """A term built on the every-action dynamics needs that term on, and its labels."""
+    if not action_reward:
+        raise ValueError(f"{weight} > 0 needs action_reward_loss_weight > 0 ({why})")
+    if any(getattr(batch, name) is None for name in labels):
+        raise ValueError(f"{weight} > 0 needs a batch with {' and '.join(labels)}")
+
+
 def _unit(x: chex.Array, eps: float = 1e-5) -> chex.Array:
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
@@ -279,24 +288,18 @@ def unrolled_loss(
                              f"got {action_reward_steps!r}")
     threat = threat_value_loss_weight > 0
     if threat:
-        if not action_reward:
-            raise ValueError("threat_value_loss_weight > 0 needs action_reward_loss_weight > 0 "
-                             "(it reads the value after the same every-action dynamics)")
-        if batch.target_action_threat is None:
-            raise ValueError("threat_value_loss_weight > 0 needs a batch with "
-                             "target_action_threat")
+        _check_every_action_term("threat_value_loss_weight", action_reward,
+                                 "it reads the value after the same every-action dynamics",
+                                 batch, ("target_action_threat",))
         chex.assert_shape(batch.target_action_threat, (batch_size, num_steps, num_actions))
         target_threat = jax.lax.stop_gradient(batch.target_action_threat)
         threat_probs = value_support.scalar_to_probs(target_threat)  # [B, K, A, bins]
         threat_mask = action_reward_mask * (target_threat > 0)
     reply = reply_reward_loss_weight > 0
     if reply:
-        if not action_reward:
-            raise ValueError("reply_reward_loss_weight > 0 needs action_reward_loss_weight > 0 "
-                             "(it steps on from the same every-action dynamics)")
-        if batch.target_reply is None or batch.target_reply_reward is None:
-            raise ValueError("reply_reward_loss_weight > 0 needs a batch with "
-                             "target_reply and target_reply_reward")
+        _check_every_action_term("reply_reward_loss_weight", action_reward,
+                                 "it steps on from the same every-action dynamics",
+                                 batch, ("target_reply", "target_reply_reward"))
         chex.assert_shape([batch.target_reply, batch.target_reply_reward],
                           (batch_size, num_steps, num_actions))
         target_reply = jax.lax.stop_gradient(batch.target_reply)
@@ -306,12 +309,9 @@ def unrolled_loss(
 
     predict = action_prediction_loss_weight > 0
     if predict:
-        if not action_reward:
-            raise ValueError("action_prediction_loss_weight > 0 needs action_reward_loss_weight "
-                             "> 0 (it reads the prediction after the same every-action dynamics)")
-        if batch.target_action_value is None or batch.target_action_policy is None:
-            raise ValueError("action_prediction_loss_weight > 0 needs a batch with "
-                             "target_action_value and target_action_policy")
+        _check_every_action_term("action_prediction_loss_weight", action_reward,
+                                 "it reads the prediction after the same every-action dynamics",
+                                 batch, ("target_action_value", "target_action_policy"))
         chex.assert_shape(batch.target_action_value, (batch_size, num_steps, num_actions))
         chex.assert_shape(batch.target_action_policy,
                           (batch_size, num_steps, num_actions, num_actions))

@@ -47,6 +47,15 @@ def _winning_cells(observation: np.ndarray) -> set[int]:
     return wins
 
 
+def _boards(data, num_rows):
+    """`(b, t, mine, theirs, empty cells [9], winning cells)` of each stored
+    TicTacToe row (environments x the first `num_rows` rows), from the board."""
+    for b, t in itertools.product(range(data.observation.shape[0]), range(num_rows)):
+        obs = data.observation[b, t]
+        mine, theirs = obs[..., 0] > 0, obs[..., 1] > 0
+        yield b, t, mine, theirs, ~(mine | theirs).reshape(-1), _winning_cells(obs)
+
+
 def _self_play_rows(seed, metric, **overrides):
     """Four iterations of the tiny TicTacToe run with `overrides`; checks the
     update is finite, learned and `metric` > 0; returns device 0's first 16
@@ -217,11 +226,7 @@ def test_self_play_keeps_one_reply_per_move_the_winning_one_first():
     data = _self_play_rows(2, "reply_reward_loss", action_reward_loss_weight=1.0,
                            reply_reward_loss_weight=1.0)
     wins_kept = random_kept = 0
-    for b, t in itertools.product(range(8), range(16)):
-        obs = data.observation[b, t]
-        mine, theirs = obs[..., 0] > 0, obs[..., 1] > 0
-        empty = ~(mine | theirs).reshape(-1)
-        wins = _winning_cells(obs)
+    for b, t, mine, theirs, empty, wins in _boards(data, 16):
         for a in range(9):
             reply, reward = data.action_replies[b, t, a], data.reply_rewards[b, t, a]
             after_mine = mine.reshape(-1).copy()
@@ -272,11 +277,7 @@ def test_self_play_stores_the_prediction_after_every_move():
     data = jax.tree.map(lambda x: np.asarray(x[0][:, :12]), state.replay.data)
     nets, support = trainer.networks, trainer.value_support
     boards, where = [], []
-    for b, t in itertools.product(range(8), range(12)):
-        obs = data.observation[b, t]
-        mine, theirs = obs[..., 0] > 0, obs[..., 1] > 0
-        empty = ~(mine | theirs).reshape(-1)
-        wins = _winning_cells(obs)
+    for b, t, mine, theirs, empty, wins in _boards(data, 12):
         for a in range(9):
             ends = a in wins or empty.sum() == 1
             if data.last[b, t] or not empty[a] or ends:
