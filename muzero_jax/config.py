@@ -105,6 +105,17 @@ class Config:
         actions played, while the search evaluates the learned model after
         every action. When > 0 the loss gets `action_prediction_loss_weight=`
         and the batch `target_action_value` / `target_action_policy`.
+      reconstruction_loss_weight: weight of an observation-reconstruction
+        loss (0: off, as in MuZero). When > 0 the networks gain a decoder
+        head (the network's `head_hidden_sizes`, then the observation's
+        size), and every hidden state of the unroll, the representation's
+        and each one the dynamics reaches, is decoded and trained towards
+        the observation actually there (squared error summed over the
+        observation's elements), so that the learned model keeps the board
+        in its hidden state along the actions played. Beyond the paper
+        (an auxiliary loss in the spirit of world models). When > 0 the
+        loss gets `reconstruction_loss_weight=` and the batch
+        `next_observation`, so a custom `loss_fn` must accept them.
       reply_reward_loss_weight: weight of a reward loss one move deeper
         (0: off; needs `action_reward_loss_weight` > 0). While acting, the
         environment is also stepped once per reply after each action; for
@@ -196,6 +207,7 @@ class Config:
     threat_value_loss_weight: float = 0.0
     reply_reward_loss_weight: float = 0.0
     action_prediction_loss_weight: float = 0.0
+    reconstruction_loss_weight: float = 0.0
     augment_symmetries: bool = False
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
@@ -245,7 +257,7 @@ class Config:
                      "reward_loss_weight", "consistency_loss_weight",
                      "action_reward_loss_weight", "threat_value_loss_weight",
                      "reply_reward_loss_weight", "action_prediction_loss_weight",
-                     "priority_alpha",
+                     "reconstruction_loss_weight", "priority_alpha",
                      "target_ema", "momentum"):
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
         if not 0.0 <= self.discount <= 1.0:

@@ -110,6 +110,7 @@ class IterationMetrics(NamedTuple):
     threat_value_loss: chex.Array
     reply_reward_loss: chex.Array
     action_prediction_loss: chex.Array
+    reconstruction_loss: chex.Array
     learning_rate: chex.Array
     temperature: chex.Array
     learned: chex.Array
@@ -331,7 +332,8 @@ def make_train(
         `reply_reward_loss_weight=` (and `target_reply`, `target_reply_reward`),
         and with `config.action_prediction_loss_weight > 0`
         `action_prediction_loss_weight=` (and `target_action_value`,
-        `target_action_policy`).
+        `target_action_policy`), and with `config.reconstruction_loss_weight > 0`
+        `reconstruction_loss_weight=` (its batch then has `next_observation`).
       compiler_options: XLA options for compiling `iteration` and `evaluate`
         (default: `default_compiler_options()`).
       num_seeds: S > 1 runs S independent seeds in one program (`jax.vmap`
@@ -363,6 +365,7 @@ def make_train(
     threat = config.threat_value_loss_weight > 0
     reply = config.reply_reward_loss_weight > 0
     predict = config.action_prediction_loss_weight > 0
+    reconstruct = config.reconstruction_loss_weight > 0
     if threat and env.num_players != 2:
         raise ValueError(f"threat_value_loss_weight needs a two-player game; {env.name!r} has "
                          f"{env.num_players} player(s)")
@@ -383,6 +386,8 @@ def make_train(
     if predict:
         extra_loss_kwargs["action_prediction_loss_weight"] = (
             config.action_prediction_loss_weight)
+    if reconstruct:
+        extra_loss_kwargs["reconstruction_loss_weight"] = config.reconstruction_loss_weight
     if loss_fn is not None:
         for name in extra_loss_kwargs:
             _check_accepts(loss_fn, name)
@@ -415,6 +420,7 @@ def make_train(
         value_bins=value_support.num_bins,
         reward_bins=reward_support.num_bins,
         projection_size=config.consistency_projection_size if consistency else 0,
+        observation_shape=env.observation_shape if reconstruct else None,
     )
     root_fn = make_root_fn(networks, value_support)
 
@@ -523,7 +529,8 @@ def make_train(
             reward_mask=targets.reward_mask,
             policy_mask=targets.policy_mask,
             importance_weight=sample.weights,
-            next_observation=seqs.observation[:, 1:k + 1] if consistency else None,
+            next_observation=(seqs.observation[:, 1:k + 1] if consistency or reconstruct
+                              else None),
         )
         if action_reward:
             # Labels of the positions the K actions are taken from (rows 0..K-1),
@@ -562,6 +569,7 @@ def make_train(
             jnp.asarray(metrics.threat_value_loss, jnp.float32),
             jnp.asarray(metrics.reply_reward_loss, jnp.float32),
             jnp.asarray(metrics.action_prediction_loss, jnp.float32),
+            jnp.asarray(metrics.reconstruction_loss, jnp.float32),
         )
         return (params, target_params, opt_state, replay, updates), out
 
@@ -594,7 +602,7 @@ def make_train(
 
         def skip(operand):
             zero = jnp.zeros((), jnp.float32)
-            return operand, (zero,) * 12
+            return operand, (zero,) * 13
 
         operand = (state.params, state.target_params, state.opt_state, replay,
                    counters.updates)
@@ -605,7 +613,7 @@ def make_train(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)] + [jnp.isfinite(outs[0])]
         ))
         (loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss, ar_loss, tv_loss,
-         rr_loss, ap_loss) = (jax.lax.pmean(o, AXIS) for o in outs)
+         rr_loss, ap_loss, o_loss) = (jax.lax.pmean(o, AXIS) for o in outs)
         ep = jax.tree.map(lambda x: jax.lax.psum(x, AXIS), stats)
         metrics = IterationMetrics(
             loss=loss, value_loss=v_loss, reward_loss=r_loss, policy_loss=p_loss,
@@ -615,6 +623,7 @@ def make_train(
             threat_value_loss=tv_loss,
             reply_reward_loss=rr_loss,
             action_prediction_loss=ap_loss,
+            reconstruction_loss=o_loss,
             learning_rate=jnp.asarray(lr_schedule(jnp.maximum(updates - 1, 0)), jnp.float32),
             temperature=temperature,
             learned=can_learn.astype(jnp.float32),

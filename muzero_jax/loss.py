@@ -49,7 +49,8 @@ class LossBatch(NamedTuple):
         an episode: absorbing states have no policy).
       importance_weight: `[B]` per-example weights (prioritised replay).
       next_observation: `[B, K, *obs]` the observation reached after each of
-        the K actions (only the consistency loss reads it; None without it).
+        the K actions (only the consistency and reconstruction losses read
+        it; None without them).
         Entry k-1 counts where `policy_mask[:, k-1]` is 1, i.e. where the
         action was taken inside the episode.
       target_action_reward: `[B, K, A]` the reward each action would have
@@ -123,6 +124,8 @@ class LossMetrics(NamedTuple):
         prediction after every action against the labelled prediction,
         each averaged over its labelled actions of a position, summed over
         the steps the term covers (unweighted; 0 when it is off).
+      reconstruction_loss: squared error of the decoded observation, summed
+        over its elements and over the K+1 steps (unweighted; 0 when off).
     """
 
     loss: chex.Array
@@ -138,6 +141,7 @@ class LossMetrics(NamedTuple):
     threat_value_loss: chex.Array = 0.0
     reply_reward_loss: chex.Array = 0.0
     action_prediction_loss: chex.Array = 0.0
+    reconstruction_loss: chex.Array = 0.0
 
 
 def _check_every_action_term(weight: str, action_reward: bool, why: str, batch: LossBatch,
@@ -173,6 +177,7 @@ def unrolled_loss(
     threat_value_loss_weight: float = 0.0,
     reply_reward_loss_weight: float = 0.0,
     action_prediction_loss_weight: float = 0.0,
+    reconstruction_loss_weight: float = 0.0,
 ) -> tuple[chex.Array, LossMetrics]:
     """MuZero's loss over K unroll steps, with the paper's gradient scaling.
 
@@ -205,7 +210,12 @@ def unrolled_loss(
     every-action hidden states against `batch.target_action_value` and
     `batch.target_action_policy` (the networks' own prediction on the real
     observation the action leads to), each averaged over its labelled
-    actions. Each term
+    actions, plus, for `reconstruction_loss_weight` > 0, that weight times
+    `sum((decoder(s_k) - o_k)^2)` over the observation's elements at every
+    step k = 0..K: the hidden state the representation (k = 0) or the
+    dynamics (k > 0) reached, decoded, against the observation actually
+    there (`batch.observation`, then `batch.next_observation`), which keeps
+    what the observation shows in the model's hidden states. Each term
     is masked by its mask; the total is
     `sum_k scale_gradient(l_k, 1 / K if k > 0 else 1)`, weighted per example by
     `importance_weight` and averaged over the batch. All targets are wrapped in
@@ -249,6 +259,10 @@ def unrolled_loss(
         `batch.target_action_value` / `batch.target_action_policy`. Costs one
         prediction call on B * A rows for each covered step (shared with the
         threat-value term).
+      reconstruction_loss_weight: weight of the reconstruction term (0, off,
+        in MuZero, which needs no reconstruction). Needs `networks.decoder`
+        (built with `make_networks(..., observation_shape=...)`) and
+        `batch.next_observation`. Costs one decoder call on B rows per step.
 
     Returns:
       `(loss, metrics)`: the scalar loss and a `LossMetrics`.
@@ -272,6 +286,14 @@ def unrolled_loss(
             "consistency_loss_weight > 0 needs networks built with projection_size > 0 "
             "and a batch with next_observation"
         )
+    reconstruct = reconstruction_loss_weight > 0
+    if reconstruct:
+        if networks.decoder is None or batch.next_observation is None:
+            raise ValueError(
+                "reconstruction_loss_weight > 0 needs networks built with observation_shape "
+                "and a batch with next_observation")
+        chex.assert_shape(batch.next_observation,
+                          (batch_size, num_steps) + batch.observation.shape[1:])
     action_reward = action_reward_loss_weight > 0
     if action_reward:
         if batch.target_action_reward is None or batch.action_reward_mask is None:
@@ -363,6 +385,24 @@ def unrolled_loss(
         mask = jax.lax.dynamic_index_in_dim(consistency_mask, k - 1, axis=1, keepdims=False)
         return -jnp.sum(_unit(predicted) * _unit(target), axis=-1) * mask
 
+    def reconstruction_term(hidden, k):
+        """`[B]` squared error of the hidden state of step k, decoded (0 when off).
+
+        Step 0 (a Python 0) decodes the representation's hidden state against
+        the observation; step k > 0 the dynamics' against the observation
+        after action k-1, which exists where that action was taken.
+        """
+        if not reconstruct:
+            return jnp.zeros((batch_size,), jnp.float32)
+        if isinstance(k, int) and k == 0:
+            observation, mask = batch.observation, policy_mask[:, 0]
+        else:
+            observation = jax.lax.dynamic_index_in_dim(batch.next_observation, k - 1, axis=1,
+                                                       keepdims=False)
+            mask = jax.lax.dynamic_index_in_dim(policy_mask, k - 1, axis=1, keepdims=False)
+        error = networks.decoder(params, hidden) - jax.lax.stop_gradient(observation)
+        return jnp.sum(jnp.square(error).reshape(batch_size, -1), axis=-1) * mask
+
     def mean_over_actions(ce, mask):
         return jnp.sum(ce * mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
 
@@ -413,7 +453,8 @@ def unrolled_loss(
     # Step 0: initial inference, no reward loss, gradient scale 1.
     out0 = networks.initial_inference(params, batch.observation)
     v0, _, p0 = step_terms(out0, 0)
-    loss0 = value_loss_weight * v0 + p0
+    o0 = reconstruction_term(out0.hidden, 0)
+    loss0 = value_loss_weight * v0 + p0 + reconstruction_loss_weight * o0
     v_err0, _, value0 = errors(out0, 0)
 
     def body(hidden, k):
@@ -421,15 +462,18 @@ def unrolled_loss(
         out = networks.recurrent_inference(params, hidden, action)
         v, r, p = step_terms(out, k)
         c = consistency_term(out.hidden, k)
+        o = reconstruction_term(out.hidden, k)
         l_k = scale_gradient(
-            value_loss_weight * v + reward_loss_weight * r + p + consistency_loss_weight * c,
+            value_loss_weight * v + reward_loss_weight * r + p + consistency_loss_weight * c
+            + reconstruction_loss_weight * o,
             1.0 / num_steps)
         v_err, r_err, _ = errors(out, k)
         source = hidden
         hidden = scale_gradient(out.hidden, 0.5)
-        return hidden, (l_k, v, r, p, c, v_err, r_err, source if action_reward else None)
+        return hidden, (l_k, v, r, p, c, o, v_err, r_err, source if action_reward else None)
 
-    _, (l_steps, v_steps, r_steps, p_steps, c_steps, v_errs, r_errs, sources) = jax.lax.scan(
+    _, (l_steps, v_steps, r_steps, p_steps, c_steps, o_steps, v_errs, r_errs,
+        sources) = jax.lax.scan(
         body, out0.hidden, jnp.arange(1, num_steps + 1), unroll=unroll
     )
     per_example = loss0 + jnp.sum(l_steps, axis=0)  # [B]
@@ -460,5 +504,6 @@ def unrolled_loss(
         threat_value_loss=jnp.mean(jnp.sum(tv_steps, axis=0)),
         reply_reward_loss=jnp.mean(jnp.sum(rr_steps, axis=0)),
         action_prediction_loss=jnp.mean(jnp.sum(ap_steps, axis=0)),
+        reconstruction_loss=jnp.mean(o0 + jnp.sum(o_steps, axis=0)),
     )
     return loss, metrics

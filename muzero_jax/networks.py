@@ -217,6 +217,9 @@ class Networks(NamedTuple):
         (projection[B, P], prediction[B, P])`: EfficientZero's projection of
         a hidden state and the predictor applied to it, for the
         self-supervised consistency loss; None otherwise.
+      decoder: with `observation_shape`, `(params, hidden) -> [B, *obs]`: the
+        observation a hidden state is decoded to, for the reconstruction
+        loss; None otherwise.
     """
 
     init: Callable[..., Params]
@@ -229,6 +232,7 @@ class Networks(NamedTuple):
     value_bins: int
     reward_bins: int
     projection: Callable[..., tuple[chex.Array, chex.Array]] | None = None
+    decoder: Callable[..., chex.Array] | None = None
 
 
 def _mlp(sizes: Sequence[int], activation, layer_norm: bool, name: str) -> Callable:
@@ -486,6 +490,20 @@ def _projection(size: int):
     return apply
 
 
+def _decoder(observation_shape: tuple[int, ...], hidden_sizes: Sequence[int]):
+    """Decodes a flattened hidden state to an observation: the network's head
+    layers (LayerNorm, ReLU) and a linear output of the observation's size."""
+    size = int(np.prod(observation_shape))
+
+    def apply(hidden):
+        x = hidden.reshape(hidden.shape[0], -1)
+        x = _mlp(hidden_sizes, jax.nn.relu, True, "decoder")(x)
+        x = hk.Linear(size, name="decoder_out")(x)
+        return x.reshape((x.shape[0],) + tuple(observation_shape))
+
+    return apply
+
+
 def make_networks(
     config: MLPConfig | ResNetConfig,
     *,
@@ -493,6 +511,7 @@ def make_networks(
     value_bins: int,
     reward_bins: int,
     projection_size: int = 0,
+    observation_shape: Sequence[int] | None = None,
 ) -> Networks:
     """Builds MuZero's networks as pure functions of one parameter set.
 
@@ -503,6 +522,9 @@ def make_networks(
       reward_bins: categorical bins of the reward head.
       projection_size: when > 0, also builds `Networks.projection`, the
         projection and predictor heads of the consistency loss, this wide.
+      observation_shape: when given, also builds `Networks.decoder`, which
+        maps a hidden state to an observation of this shape (the
+        reconstruction loss), through the config's `head_hidden_sizes`.
 
     Returns:
       A `Networks` bundle; `init(rng_key, observation[B, *obs])` makes params.
@@ -511,6 +533,10 @@ def make_networks(
     _check_positive("value_bins", value_bins)
     _check_positive("reward_bins", reward_bins)
     _check_positive("projection_size", projection_size, allow_zero=True)
+    if observation_shape is not None:
+        observation_shape = tuple(int(d) for d in observation_shape)
+        if not observation_shape or any(d < 1 for d in observation_shape):
+            raise ValueError(f"observation_shape must be positive sizes, got {observation_shape}")
     if isinstance(config, MLPConfig):
         build = _build_mlp
     elif isinstance(config, ResNetConfig):
@@ -522,20 +548,28 @@ def make_networks(
         representation, dynamics, prediction = build(config, num_actions, value_bins, reward_bins)
 
         project = _projection(projection_size) if projection_size else None
+        decode = (_decoder(observation_shape, config.head_hidden_sizes)
+                  if observation_shape is not None else None)
 
         def init(obs):
             hidden = representation(obs)
             nxt, _ = dynamics(hidden, jnp.zeros(obs.shape[0], jnp.int32))
             if project is not None:
                 project(nxt)
-            return prediction(nxt)
+            out = prediction(nxt)
+            if decode is not None:  # last: the other parameters' draws stay as they were
+                decode(nxt)
+            return out
 
         functions = (representation, dynamics, prediction)
-        return init, functions + ((project,) if project is not None else ())
+        extra = tuple(f for f in (project, decode) if f is not None)
+        return init, functions + extra
 
     transformed = hk.without_apply_rng(hk.multi_transform(forward))
     representation_fn, dynamics_fn, prediction_fn = transformed.apply[:3]
-    projection_fn = transformed.apply[3] if projection_size else None
+    extra_fns = list(transformed.apply[3:])
+    projection_fn = extra_fns.pop(0) if projection_size else None
+    decoder_fn = extra_fns.pop(0) if observation_shape is not None else None
 
     def initial_inference(params: Params, observation: chex.Array) -> NetworkOutput:
         hidden = representation_fn(params, observation)
@@ -559,4 +593,5 @@ def make_networks(
         value_bins=value_bins,
         reward_bins=reward_bins,
         projection=projection_fn,
+        decoder=decoder_fn,
     )

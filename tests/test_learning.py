@@ -266,6 +266,49 @@ def test_consistency_loss_gets_the_observations_reached():
         preset("catch", consistency_loss_weight=-1.0)
 
 
+def test_reconstruction_loss_gets_the_observations_reached_and_learns_to_decode():
+    from muzero_jax.loss import unrolled_loss
+
+    seen, captured = {}, []
+
+    def recording_loss(params, batch, **kwargs):
+        seen.update(kwargs)
+        jax.debug.callback(lambda *a: captured.append([np.asarray(x) for x in a]),
+                           batch.observation, batch.next_observation)
+        return unrolled_loss(params, batch, **kwargs)
+
+    def old_style_loss(params, batch, *, networks, value_support, reward_support,
+                       value_loss_weight):
+        raise AssertionError("not called")
+
+    config = preset("catch", reconstruction_loss_weight=1.0, num_envs=4, batch_size=4,
+                    num_simulations=2, min_replay_steps=12)
+    with pytest.raises(ValueError, match="does not accept reconstruction_loss_weight"):
+        make_train(config, loss_fn=old_style_loss)
+    trainer = make_train(config, loss_fn=recording_loss)
+    assert trainer.networks.decoder is not None and trainer.networks.projection is None
+    state = trainer.init(jax.random.key(0))
+    losses = []
+    for i in range(40):
+        state, metrics = trainer.iteration(state)
+        if float(metrics.learned):
+            losses.append(float(metrics.reconstruction_loss))
+        if i % 10 == 9:
+            jax.block_until_ready(state.params)
+    assert seen["reconstruction_loss_weight"] == 1.0 and "consistency_loss_weight" not in seen
+    observation, reached = captured[0]
+    assert reached.shape == (4, config.num_unroll_steps) + observation.shape[1:]
+    # Catch's boards have two lit cells (ball and paddle), so an untrained
+    # decoder is off by about that much per step; training decodes them.
+    assert len(losses) > 20 and losses[0] > 1.0
+    assert np.mean(losses[-5:]) < 0.5 * losses[0]
+    decoded = trainer.networks.decoder(
+        state.params, trainer.networks.representation(state.params, observation))
+    assert decoded.shape == observation.shape
+    with pytest.raises(ValueError, match="reconstruction_loss_weight"):
+        preset("catch", reconstruction_loss_weight=-1.0)
+
+
 def test_weight_decay_spares_only_the_consistency_heads():
     import optax
 

@@ -341,6 +341,90 @@ def test_consistency_loss_matches_a_transcription():
                       consistency_loss_weight=1.0)
 
 
+def _reconstruction_transcription(params, batch, nets, weight, mask_shift=0):
+    """The reconstruction term written out per example and step:
+    `weight * sum((decoder(s_k) - o_k)^2)` at k = 0 (the representation's
+    hidden state against the observation, counted where step 0's policy
+    counts) and at k = 1..K (the dynamics' hidden state against the
+    observation after action k-1, counted where that action was taken in the
+    episode), the recurrent steps' terms scaled by 1/K and the hidden state
+    by 0.5 as in the loss. `mask_shift` 1 reads step k's mask instead (wrong)."""
+
+    def sg(x, s):
+        return x * s + jax.lax.stop_gradient(x) * (1 - s)
+
+    def sq(decoded, target):
+        return jnp.sum((decoded - target) ** 2)
+
+    def example(image, actions, next_images, policy_mask):
+        num_steps = actions.shape[0]
+        hidden = nets.initial_inference(params, image[None]).hidden
+        total = weight * sq(nets.decoder(params, hidden)[0], image) * policy_mask[0]
+        for k in range(num_steps):
+            out = nets.recurrent_inference(params, hidden, actions[k:k + 1])
+            term = weight * sq(nets.decoder(params, out.hidden)[0], next_images[k])
+            total += sg(term * policy_mask[k + mask_shift], 1.0 / num_steps)
+            hidden = sg(out.hidden, 0.5)
+        return total
+
+    return jnp.mean(jax.vmap(example)(batch.observation, batch.actions,
+                                      batch.next_observation, batch.policy_mask))
+
+
+@pytest.mark.parametrize("kind", ["mlp", "resnet"])
+def test_reconstruction_loss_matches_a_transcription(kind):
+    base_nets, obs_shape = _networks(kind)
+    cfg = (MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)) if kind == "mlp"
+           else ResNetConfig(channels=4, num_blocks=1, downsample=False, head_channels=2,
+                             head_hidden_sizes=(8,)))
+    nets = make_networks(cfg, num_actions=NUM_ACTIONS, value_bins=VALUE_SUPPORT.num_bins,
+                         reward_bins=REWARD_SUPPORT.num_bins, observation_shape=obs_shape)
+    params = _random_params(nets, obs_shape, 2)
+    # The decoder maps the (flattened) hidden state to the observation's size.
+    assert params["decoder_out"]["w"].shape[-1] == int(np.prod(obs_shape))
+    hidden = nets.representation(params, jnp.zeros((2,) + obs_shape))
+    assert nets.decoder(params, hidden).shape == (2,) + obs_shape
+    # The other parameters are drawn as without the decoder.
+    plain = base_nets.init(jax.random.key(7), jnp.zeros((1,) + obs_shape))
+    with_decoder = nets.init(jax.random.key(7), jnp.zeros((1,) + obs_shape))
+    assert set(with_decoder) - set(plain) == {"decoder_linear_0", "decoder_norm_0", "decoder_out"}
+    chex.assert_trees_all_equal(plain, {n: with_decoder[n] for n in plain})
+    k = 3
+    batch = _random_batch(obs_shape, 5, k, 9)
+    batch = batch._replace(
+        next_observation=jax.random.normal(jax.random.key(4), (5, k) + obs_shape))
+    assert float(jnp.min(batch.policy_mask[:, :k])) == 0.0  # the mask is exercised
+
+    def expected(p, shift=0):
+        return pseudocode_loss(p, batch, nets) + _reconstruction_transcription(
+            p, batch, nets, 0.5, shift)
+
+    (loss, metrics), grads = _loss_and_grads(params, batch, nets, reconstruction_loss_weight=0.5)
+    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
+    chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
+    (base, base_metrics), _ = _loss_and_grads(params, batch, nets)
+    np.testing.assert_allclose(loss - base, 0.5 * metrics.reconstruction_loss, rtol=1e-4)
+    assert base_metrics.reconstruction_loss == 0.0 and float(metrics.reconstruction_loss) > 0
+    # ...and it can fail: reading step k's mask for the observation after
+    # action k-1 is a different loss.
+    assert not np.isclose(float(expected(params, shift=1)), float(loss), rtol=1e-4)
+    # The gradient reaches the dynamics through the decoded hidden states.
+    _, base_grads = _loss_and_grads(params, batch, nets)
+    dynamics = "dynamics_out" if kind == "mlp" else "dynamics_conv"
+    assert _max_rel_diff(grads[dynamics], base_grads[dynamics]) > 1e-2
+    with pytest.raises(ValueError, match="observation_shape"):
+        unrolled_loss(params, batch, networks=base_nets, value_support=VALUE_SUPPORT,
+                      reward_support=REWARD_SUPPORT, reconstruction_loss_weight=1.0)
+    with pytest.raises(ValueError, match="next_observation"):
+        unrolled_loss(params, batch._replace(next_observation=None), networks=nets,
+                      value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
+                      reconstruction_loss_weight=1.0)
+    with pytest.raises(ValueError, match="observation_shape"):
+        make_networks(cfg, num_actions=NUM_ACTIONS, value_bins=VALUE_SUPPORT.num_bins,
+                      reward_bins=REWARD_SUPPORT.num_bins, observation_shape=(0, 3))
+
+
 def _action_reward_transcription(params, batch, nets, weight, steps, threat_weight=0.0,
                                  reply_weight=0.0, predict_weight=0.0):
     """The every-action reward term written out per example, step and action:
