@@ -146,6 +146,11 @@ PRESETS: dict[str, Config] = {
         action_reward_loss_weight=10.0,
         action_reward_steps=2,
         augment_symmetries=True,
+        # Decoding every hidden state of the unroll back to the board: in
+        # two seeds the final states won 0.725 and 0.60 of the common 40
+        # games against MCTS-200, where the same seeds without it won 0.225
+        # and 0.30 (README, Board games).
+        reconstruction_loss_weight=1.0,
         value_support_size=6,
         reward_support_size=2,
         mlp=MLPConfig(hidden_sizes=(256, 256), latent_size=128, head_hidden_sizes=(128,),

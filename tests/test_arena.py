@@ -256,6 +256,7 @@ def test_an_agent_planning_in_the_game_beats_random_with_untrained_networks():
     config = dataclasses.replace(
         preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
         consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
+        reconstruction_loss_weight=0.0,
         mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)),
         search="muzero", search_kwargs='{"dirichlet_fraction": 0.0}')
     trainer = make_train(config)
