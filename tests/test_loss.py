@@ -275,6 +275,20 @@ def test_reward_loss_weight_scales_the_reward_term_and_its_gradient():
     assert any(n.startswith("reward") for n in g1)
 
 
+def _check_term(params, batch, nets, expected, metric, weight, **kwargs):
+    """The library loss with one extra term (`kwargs`) equals `expected` in value
+    and gradients, and exceeds the loss without it by `weight` x its unweighted
+    metric, which is 0 without the term. Returns `(loss, grads, base_grads)`."""
+    (loss, metrics), grads = _loss_and_grads(params, batch, nets, **kwargs)
+    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
+    chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
+    (base, base_metrics), base_grads = _loss_and_grads(params, batch, nets)
+    np.testing.assert_allclose(loss - base, weight * getattr(metrics, metric), rtol=1e-4)
+    assert getattr(base_metrics, metric) == 0.0 and float(getattr(metrics, metric)) != 0.0
+    return loss, grads, base_grads
+
+
 def _consistency_transcription(params, batch, nets, weight, stop_target=True):
     """EfficientZero's consistency term written out per example and step:
     `-weight * cos(predictor(projection(s_k)), sg(projection(h(o_k))))`,
@@ -320,13 +334,8 @@ def test_consistency_loss_matches_a_transcription():
     def expected(p):
         return pseudocode_loss(p, batch, nets) + _consistency_transcription(p, batch, nets, 2.0)
 
-    (loss, metrics), grads = _loss_and_grads(params, batch, nets, consistency_loss_weight=2.0)
-    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
-    np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
-    chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
-    (base, base_metrics), _ = _loss_and_grads(params, batch, nets)
-    np.testing.assert_allclose(loss - base, 2.0 * metrics.consistency_loss, rtol=1e-4)
-    assert base_metrics.consistency_loss == 0.0
+    _, grads, _ = _check_term(params, batch, nets, expected, "consistency_loss", 2.0,
+                              consistency_loss_weight=2.0)
     # ...and it can fail: without the stop-gradient on the target branch the
     # representation's gradient changes.
     no_stop_grads = jax.grad(lambda p: pseudocode_loss(p, batch, nets) + (
@@ -399,18 +408,12 @@ def test_reconstruction_loss_matches_a_transcription(kind):
         return pseudocode_loss(p, batch, nets) + _reconstruction_transcription(
             p, batch, nets, 0.5, shift)
 
-    (loss, metrics), grads = _loss_and_grads(params, batch, nets, reconstruction_loss_weight=0.5)
-    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
-    np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
-    chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
-    (base, base_metrics), _ = _loss_and_grads(params, batch, nets)
-    np.testing.assert_allclose(loss - base, 0.5 * metrics.reconstruction_loss, rtol=1e-4)
-    assert base_metrics.reconstruction_loss == 0.0 and float(metrics.reconstruction_loss) > 0
+    loss, grads, base_grads = _check_term(params, batch, nets, expected, "reconstruction_loss",
+                                          0.5, reconstruction_loss_weight=0.5)
     # ...and it can fail: reading step k's mask for the observation after
     # action k-1 is a different loss.
     assert not np.isclose(float(expected(params, shift=1)), float(loss), rtol=1e-4)
     # The gradient reaches the dynamics through the decoded hidden states.
-    _, base_grads = _loss_and_grads(params, batch, nets)
     dynamics = "dynamics_out" if kind == "mlp" else "dynamics_conv"
     assert _max_rel_diff(grads[dynamics], base_grads[dynamics]) > 1e-2
     with pytest.raises(ValueError, match="observation_shape"):
