@@ -142,8 +142,11 @@ def _load() -> list[float] | None:
 
 def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games: int,
         opponent: str, overrides: dict, logdir: str | None = None,
-        env_kwargs: dict | None = None) -> dict:
-    """Trains, evaluating every `eval_every` iterations; with `logdir`, saves the
+        env_kwargs: dict | None = None, eval_every_seconds: float = 0.0,
+        print_every_seconds: float = 0.0) -> dict:
+    """Trains, evaluating every `eval_every` iterations (or, with
+    `eval_every_seconds` > 0, each time the training wall time passes another
+    multiple of it: for a machine whose speed is not known ahead); with `logdir`, saves the
     final state there as `muzero-jax train` does (`config.json`, `checkpoints/`),
     so `muzero-jax eval` / `play` / `load_agent` take the trained agent.
     `env_kwargs` build the self-play environment (`make_env(env, **env_kwargs)`);
@@ -159,14 +162,24 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
     state = trainer.init(jax.random.key(seed))
     evals, met_at = [], None
     train_s, eval_s, loads = 0.0, 0.0, [_load()]
-    iteration = 0
+    iteration, next_eval_s, next_print_s = 0, eval_every_seconds, print_every_seconds
     while train_s < max_seconds:
         t0 = time.perf_counter()
         state, metrics = trainer.iteration(state)
         jax.block_until_ready(metrics.loss)
         train_s += time.perf_counter() - t0
         iteration += 1
-        if iteration % eval_every and train_s < max_seconds:
+        if print_every_seconds > 0 and train_s >= next_print_s:
+            next_print_s = (train_s // print_every_seconds + 1) * print_every_seconds
+            print(f"iter {iteration:5d} steps {int(state.counters.env_steps):8d} "
+                  f"train {train_s:7.1f}s | loss {float(metrics.loss):.3f}", flush=True)
+        if eval_every_seconds > 0:
+            due = train_s >= next_eval_s
+            if due:
+                next_eval_s = (train_s // eval_every_seconds + 1) * eval_every_seconds
+        else:
+            due = iteration % eval_every == 0
+        if not due and train_s < max_seconds:
             continue
         t0 = time.perf_counter()
         agent = Agent(config, eval_trainer, state.params)
@@ -204,15 +217,19 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
         "opponent": opponent,
         "eval_games_per_seat": eval_games,
         "command": "python experiments/board_games.py " + " ".join(
-            f"--{k} {v}" for k, v in (("env", env), ("seed", seed), ("max-seconds", max_seconds),
-                                      ("eval-every", eval_every), ("eval-games", eval_games))),
+            f"--{k} {v:g}" if isinstance(v, float) else f"--{k} {v}" for k, v in (
+                ("env", env), ("seed", seed), ("max-seconds", max_seconds),
+                ("eval-every-seconds", eval_every_seconds) if eval_every_seconds > 0
+                else ("eval-every", eval_every),
+                ("eval-games", eval_games))),
         "target_met_at": met_at,
         "final": evals[-1] if evals else None,
         "evaluations": evals,
         "train_s": round(train_s, 1),
         "eval_s": round(eval_s, 1),
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
-                   f"{jax.devices()[0].platform}",
+                   f"{jax.devices()[0].platform} ({jax.devices()[0].device_kind}), "
+                   f"jax {jax.__version__}",
         "load_avg": loads,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "config": config_to_dict(config),
@@ -560,7 +577,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-seconds", type=float, default=600.0,
                         help="training wall time, compile included, evaluations excluded")
     parser.add_argument("--eval-every", type=int, default=20, help="iterations")
+    parser.add_argument("--eval-every-seconds", type=float, default=0.0,
+                        help="evaluate each time the training wall time passes another "
+                             "multiple of this instead (0: use --eval-every)")
     parser.add_argument("--eval-games", type=int, default=100, help="games per seat")
+    parser.add_argument("--print-every-seconds", type=float, default=0.0,
+                        help="also print the iteration, env steps and loss each time the "
+                             "training wall time passes another multiple of this")
     parser.add_argument("--opponent", default=None, help="default: minimax / mcts / random")
     parser.add_argument("--set", default="{}", help="JSON config overrides")
     parser.add_argument("--out", default="experiments/results/board_games")
@@ -605,7 +628,11 @@ def main(argv: list[str] | None = None) -> None:
     result = run(args.env, seed=args.seed, max_seconds=args.max_seconds,
                  eval_every=args.eval_every, eval_games=args.eval_games,
                  opponent=args.opponent or OPPONENT[args.env], overrides=overrides,
-                 logdir=args.logdir, env_kwargs=json.loads(args.env_kwargs))
+                 logdir=args.logdir, env_kwargs=json.loads(args.env_kwargs),
+                 eval_every_seconds=args.eval_every_seconds,
+                 print_every_seconds=args.print_every_seconds)
+    if args.print_every_seconds > 0:
+        result["command"] += f" --print-every-seconds {args.print_every_seconds:g}"
     if overrides:
         result["command"] += f" --set '{args.set}'"
     if json.loads(args.env_kwargs):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+from time import gmtime as time_gmtime
+from time import strftime as time_strftime
 
 import jax
 import numpy as np
@@ -144,3 +146,56 @@ def test_model_drift_is_zero_for_a_model_that_tracks_the_game_and_k_over_42_for_
         assert exact[f"value_gap_{k}"] < 1e-3 and exact[f"value_corr_{k}"] > 0.999
         np.testing.assert_allclose(frozen[f"value_gap_{k}"], k / 42.0, atol=1e-3)
         assert frozen[f"value_rows_{k}"] == exact[f"value_rows_{k}"]
+
+
+def test_eval_and_print_every_seconds_follow_the_training_clock(monkeypatch, capsys):
+    """With `eval_every_seconds`, evaluations come each time the training wall
+    time passes another multiple of it (and once at the end), whatever the
+    iteration count; `print_every_seconds` likewise prints progress lines."""
+    import types
+
+    import jax.numpy as jnp
+
+    import muzero_jax.agent
+    from experiments import board_games
+
+    clock = [0.0]
+
+    class FakeTrainer:  # each iteration takes 4 s of the (fake) training clock
+        def init(self, key):
+            return types.SimpleNamespace(params=None, counters=types.SimpleNamespace(env_steps=0))
+
+        def iteration(self, state):
+            clock[0] += 4.0
+            steps = state.counters.env_steps + 100
+            return (types.SimpleNamespace(params=None,
+                                          counters=types.SimpleNamespace(env_steps=steps)),
+                    types.SimpleNamespace(loss=jnp.float32(1.0)))
+
+    fake_time = types.SimpleNamespace(perf_counter=lambda: clock[0], strftime=time_strftime,
+                                      gmtime=time_gmtime)
+    monkeypatch.setattr(board_games, "time", fake_time)
+    monkeypatch.setattr(board_games, "make_train", lambda config, env=None: FakeTrainer())
+    monkeypatch.setattr(muzero_jax.agent, "Agent", lambda *args: None)
+    rates = {"win": 1.0, "draw": 0.0, "loss": 0.0}
+    monkeypatch.setattr(board_games, "evaluate_against",
+                        lambda *a, **k: {"as_first": rates, "as_second": rates})
+
+    result = board_games.run("tic_tac_toe", seed=0, max_seconds=30.0, eval_every=1000,
+                             eval_games=1, opponent="random", overrides={},
+                             eval_every_seconds=10.0, print_every_seconds=8.0)
+    # Train time after iteration i is 4 i: past 10 at i = 3 (12 s), past 20 at
+    # i = 5 (20 s), then the end at i = 8 (32 s >= 30).
+    assert [e["iteration"] for e in result["evaluations"]] == [3, 5, 8]
+    assert [e["env_steps"] for e in result["evaluations"]] == [300, 500, 800]
+    assert "--eval-every-seconds 10 " in result["command"]
+    assert "--eval-every " not in result["command"]
+    progress = [line for line in capsys.readouterr().out.splitlines() if "| loss" in line]
+    # Past 8, 16, 24 and 32 s: iterations 2, 4, 6, 8.
+    assert [int(line.split()[1]) for line in progress] == [2, 4, 6, 8]
+
+    # Without it, `eval_every` counts iterations as before.
+    clock[0] = 0.0
+    result = board_games.run("tic_tac_toe", seed=0, max_seconds=30.0, eval_every=3,
+                             eval_games=1, opponent="random", overrides={})
+    assert [e["iteration"] for e in result["evaluations"]] == [3, 6, 8]
