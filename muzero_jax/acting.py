@@ -118,6 +118,7 @@ def make_act_step(
     action_threats: bool = False,
     reply_labels: bool = False,
     action_predictions: Callable[..., tuple[chex.Array, chex.Array]] | None = None,
+    action_observations: bool = False,
 ):
     """Returns `act_step(params, actor, rng_key, temperature) -> (actor, row, stats)`.
 
@@ -137,15 +138,16 @@ def make_act_step(
     With `reply_labels`, each row also carries, for every action, one reply
     and its reward (`Trajectory.action_replies`, `reply_rewards`): the reply
     with the highest positive reward, else a uniformly random legal one.
+    With `action_predictions`, each row also carries the networks' value and
+    policy on the observation every action leads to (`Trajectory.action_values`,
+    `action_policies`), and with `action_observations` that observation itself
+    (`Trajectory.action_observations`); both take it from one stepping of
+    every action.
 
     `row` is the `Trajectory` row (leaves `[B, ...]`) of the current timestep:
     its observation, the search's policy and root value, the action taken.
     """
     batched_step = jax.vmap(env.step)
-    # [B] states x [A] actions -> rewards [B, A] (the stepped states are dropped).
-    every_action_reward = jax.vmap(
-        jax.vmap(lambda state, a: env.step(state, a)[1].reward, in_axes=(None, 0)),
-        in_axes=(0, None))
 
     def reply_threat(state, a):
         """The best positive reward a game-ending reply to `a` gets its mover (else 0)."""
@@ -174,10 +176,10 @@ def make_act_step(
     every_action_timestep = jax.vmap(
         jax.vmap(lambda state, a: env.step(state, a)[1], in_axes=(None, 0)), in_axes=(0, None))
 
-    def every_action_prediction(params, env_state, ts):
-        """`([B, A] values, [B, A, A] policies)` on the observation after each action."""
+    def every_action_prediction(params, after, ts):
+        """`([B, A] values, [B, A, A] policies)` on the observation after each
+        action (`after`: the timesteps every action leads to, `[B, A, ...]`)."""
         b, a = ts.legal_action_mask.shape
-        after = every_action_timestep(env_state, jnp.arange(a, dtype=jnp.int32))
         flat = after.observation.reshape((b * a,) + after.observation.shape[2:])
         value, logits = action_predictions(params, flat)
         legal_after = after.legal_action_mask  # [B, A, A]
@@ -224,11 +226,15 @@ def make_act_step(
             search_policy=out.action_weights.astype(jnp.float32),
             search_value=search_value.astype(jnp.float32),
         )
-        if action_rewards:
-            rewards = every_action_reward(
+        if action_rewards or action_predictions is not None or action_observations:
+            # Every action stepped once from the same states (those states
+            # are dropped); the rewards, predictions and observations read it.
+            after = every_action_timestep(
                 actor.env_state, jnp.arange(env.num_actions, dtype=jnp.int32))
+        if action_rewards:
             legal = ts.legal_action_mask & ~ts.last[:, None]
-            row = row._replace(action_rewards=jnp.where(legal, rewards, 0.0).astype(jnp.float32))
+            row = row._replace(
+                action_rewards=jnp.where(legal, after.reward, 0.0).astype(jnp.float32))
         if action_threats:
             threats = every_action_threat(
                 actor.env_state, jnp.arange(env.num_actions, dtype=jnp.int32))
@@ -244,8 +250,13 @@ def make_act_step(
                 action_replies=jnp.where(legal, replies, -1).astype(jnp.int32),
                 reply_rewards=jnp.where(legal, reply_rewards, 0.0).astype(jnp.float32))
         if action_predictions is not None:
-            values, policies = every_action_prediction(params, actor.env_state, ts)
+            values, policies = every_action_prediction(params, after, ts)
             row = row._replace(action_values=values, action_policies=policies)
+        if action_observations:
+            legal = ts.legal_action_mask & ~ts.last[:, None]
+            legal = legal.reshape(legal.shape + (1,) * (after.observation.ndim - 2))
+            row = row._replace(action_observations=jnp.where(
+                legal, after.observation, 0.0).astype(jnp.float32))
         env_state, next_ts = batched_step(actor.env_state, action)
         # Returns from player 0's point of view: in two-player games the reward
         # is the mover's, i.e. player `to_play` of the previous timestep.

@@ -116,6 +116,18 @@ class Config:
         (an auxiliary loss in the spirit of world models). When > 0 the
         loss gets `reconstruction_loss_weight=` and the batch
         `next_observation`, so a custom `loss_fn` must accept them.
+      action_reconstruction_loss_weight: weight of the same reconstruction
+        on the hidden states that every-action dynamics reaches (0: off;
+        needs `action_reward_loss_weight` > 0). While acting, the real
+        observation each legal action leads to is stored (`A` observations
+        per step in replay), and the learner decodes the dynamics' hidden
+        state for that action and trains it towards that observation
+        (squared error summed over its elements, averaged over the legal
+        actions), so the model keeps the board after the moves never played
+        too, which the search evaluates. Builds the decoder head as
+        `reconstruction_loss_weight` does. When > 0 the loss gets
+        `action_reconstruction_loss_weight=` and the batch
+        `target_action_observation`.
       reply_reward_loss_weight: weight of a reward loss one move deeper
         (0: off; needs `action_reward_loss_weight` > 0). While acting, the
         environment is also stepped once per reply after each action; for
@@ -208,6 +220,7 @@ class Config:
     reply_reward_loss_weight: float = 0.0
     action_prediction_loss_weight: float = 0.0
     reconstruction_loss_weight: float = 0.0
+    action_reconstruction_loss_weight: float = 0.0
     augment_symmetries: bool = False
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
@@ -257,7 +270,8 @@ class Config:
                      "reward_loss_weight", "consistency_loss_weight",
                      "action_reward_loss_weight", "threat_value_loss_weight",
                      "reply_reward_loss_weight", "action_prediction_loss_weight",
-                     "reconstruction_loss_weight", "priority_alpha",
+                     "reconstruction_loss_weight", "action_reconstruction_loss_weight",
+                     "priority_alpha",
                      "target_ema", "momentum"):
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
         if not 0.0 <= self.discount <= 1.0:
@@ -306,6 +320,11 @@ class Config:
                 f"action_prediction_loss_weight={self.action_prediction_loss_weight} needs "
                 "action_reward_loss_weight > 0: it trains the prediction after the same "
                 "every-action dynamics")
+        if self.action_reconstruction_loss_weight > 0 and not self.action_reward_loss_weight > 0:
+            raise ValueError(
+                f"action_reconstruction_loss_weight={self.action_reconstruction_loss_weight} "
+                "needs action_reward_loss_weight > 0: it decodes the hidden states of the "
+                "same every-action dynamics")
         if not isinstance(self.augment_symmetries, bool):
             raise ValueError(
                 f"augment_symmetries must be true or false, got {self.augment_symmetries!r}")

@@ -111,6 +111,7 @@ class IterationMetrics(NamedTuple):
     reply_reward_loss: chex.Array
     action_prediction_loss: chex.Array
     reconstruction_loss: chex.Array
+    action_reconstruction_loss: chex.Array
     learning_rate: chex.Array
     temperature: chex.Array
     learned: chex.Array
@@ -333,7 +334,9 @@ def make_train(
         and with `config.action_prediction_loss_weight > 0`
         `action_prediction_loss_weight=` (and `target_action_value`,
         `target_action_policy`), and with `config.reconstruction_loss_weight > 0`
-        `reconstruction_loss_weight=` (its batch then has `next_observation`).
+        `reconstruction_loss_weight=` (its batch then has `next_observation`),
+        and with `config.action_reconstruction_loss_weight > 0`
+        `action_reconstruction_loss_weight=` (and `target_action_observation`).
       compiler_options: XLA options for compiling `iteration` and `evaluate`
         (default: `default_compiler_options()`).
       num_seeds: S > 1 runs S independent seeds in one program (`jax.vmap`
@@ -366,6 +369,7 @@ def make_train(
     reply = config.reply_reward_loss_weight > 0
     predict = config.action_prediction_loss_weight > 0
     reconstruct = config.reconstruction_loss_weight > 0
+    reconstruct_actions = config.action_reconstruction_loss_weight > 0
     if threat and env.num_players != 2:
         raise ValueError(f"threat_value_loss_weight needs a two-player game; {env.name!r} has "
                          f"{env.num_players} player(s)")
@@ -388,6 +392,9 @@ def make_train(
             config.action_prediction_loss_weight)
     if reconstruct:
         extra_loss_kwargs["reconstruction_loss_weight"] = config.reconstruction_loss_weight
+    if reconstruct_actions:
+        extra_loss_kwargs["action_reconstruction_loss_weight"] = (
+            config.action_reconstruction_loss_weight)
     if loss_fn is not None:
         for name in extra_loss_kwargs:
             _check_accepts(loss_fn, name)
@@ -420,7 +427,8 @@ def make_train(
         value_bins=value_support.num_bins,
         reward_bins=reward_support.num_bins,
         projection_size=config.consistency_projection_size if consistency else 0,
-        observation_shape=env.observation_shape if reconstruct else None,
+        observation_shape=(env.observation_shape if reconstruct or reconstruct_actions
+                           else None),
     )
     root_fn = make_root_fn(networks, value_support)
 
@@ -467,6 +475,7 @@ def make_train(
         action_threats=threat,
         reply_labels=reply,
         action_predictions=predict_observations if predict else None,
+        action_observations=reconstruct_actions,
     )
     rollout = make_rollout(act_step, config.rollout_length)
     loss_fn = functools.partial(
@@ -547,6 +556,8 @@ def make_train(
         if predict:
             batch = batch._replace(target_action_value=seqs.action_values[:, :k],
                                    target_action_policy=seqs.action_policies[:, :k])
+        if reconstruct_actions:
+            batch = batch._replace(target_action_observation=seqs.action_observations[:, :k])
         if config.augment_symmetries:
             batch = augment_batch(batch, env.symmetries, augment_key)
         params, opt_state, grad_norm, metrics = learner_step(params, opt_state, batch)
@@ -570,6 +581,7 @@ def make_train(
             jnp.asarray(metrics.reply_reward_loss, jnp.float32),
             jnp.asarray(metrics.action_prediction_loss, jnp.float32),
             jnp.asarray(metrics.reconstruction_loss, jnp.float32),
+            jnp.asarray(metrics.action_reconstruction_loss, jnp.float32),
         )
         return (params, target_params, opt_state, replay, updates), out
 
@@ -602,7 +614,7 @@ def make_train(
 
         def skip(operand):
             zero = jnp.zeros((), jnp.float32)
-            return operand, (zero,) * 13
+            return operand, (zero,) * 14
 
         operand = (state.params, state.target_params, state.opt_state, replay,
                    counters.updates)
@@ -613,7 +625,7 @@ def make_train(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)] + [jnp.isfinite(outs[0])]
         ))
         (loss, v_loss, r_loss, p_loss, v_err, entropy, grad_norm, c_loss, ar_loss, tv_loss,
-         rr_loss, ap_loss, o_loss) = (jax.lax.pmean(o, AXIS) for o in outs)
+         rr_loss, ap_loss, o_loss, ao_loss) = (jax.lax.pmean(o, AXIS) for o in outs)
         ep = jax.tree.map(lambda x: jax.lax.psum(x, AXIS), stats)
         metrics = IterationMetrics(
             loss=loss, value_loss=v_loss, reward_loss=r_loss, policy_loss=p_loss,
@@ -624,6 +636,7 @@ def make_train(
             reply_reward_loss=rr_loss,
             action_prediction_loss=ap_loss,
             reconstruction_loss=o_loss,
+            action_reconstruction_loss=ao_loss,
             learning_rate=jnp.asarray(lr_schedule(jnp.maximum(updates - 1, 0)), jnp.float32),
             temperature=temperature,
             learned=can_learn.astype(jnp.float32),
@@ -679,7 +692,8 @@ def make_train(
         def local_init(key):
             actor_key, rng = jax.random.split(key)
             actor = init_actor(env, actor_key, local_envs)
-            row = _example_row(env, action_reward, threat, reply, predict)
+            row = _example_row(env, action_reward, threat, reply, predict,
+                               reconstruct_actions)
             return buffer.init(row), actor, rng
 
         replay, actor, rngs = jax.vmap(local_init)(jax.random.split(device_key, num_devices))
@@ -738,7 +752,8 @@ def make_train(
 
 def _example_row(env: Environment, action_rewards: bool = False,
                  action_threats: bool = False, reply_labels: bool = False,
-                 action_predictions: bool = False) -> Trajectory:
+                 action_predictions: bool = False,
+                 action_observations: bool = False) -> Trajectory:
     a = env.num_actions
     return Trajectory(
         observation=jnp.zeros(env.observation_shape, jnp.float32),
@@ -758,6 +773,8 @@ def _example_row(env: Environment, action_rewards: bool = False,
         reply_rewards=jnp.zeros((a,), jnp.float32) if reply_labels else None,
         action_values=jnp.zeros((a,), jnp.float32) if action_predictions else None,
         action_policies=jnp.zeros((a, a), jnp.float32) if action_predictions else None,
+        action_observations=(jnp.zeros((a,) + env.observation_shape, jnp.float32)
+                             if action_observations else None),
     )
 
 

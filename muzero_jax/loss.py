@@ -76,6 +76,10 @@ class LossBatch(NamedTuple):
         reads it, where `action_reward_mask` is 1; None without it), and
       target_action_policy: `[B, K, A, A]` the policy there (zeros where
         there is none; the policy term counts where it sums to 1).
+      target_action_observation: `[B, K, A, *obs]` for each action from the
+        position at step k, the observation it leads to (only the
+        action-reconstruction loss reads it, where `action_reward_mask` is
+        1; None without it).
     """
 
     observation: chex.Array
@@ -95,6 +99,7 @@ class LossBatch(NamedTuple):
     target_reply_reward: chex.Array | None = None
     target_action_value: chex.Array | None = None
     target_action_policy: chex.Array | None = None
+    target_action_observation: chex.Array | None = None
 
 
 class LossMetrics(NamedTuple):
@@ -126,6 +131,10 @@ class LossMetrics(NamedTuple):
         the steps the term covers (unweighted; 0 when it is off).
       reconstruction_loss: squared error of the decoded observation, summed
         over its elements and over the K+1 steps (unweighted; 0 when off).
+      action_reconstruction_loss: squared error of the decoded observation
+        after every action, summed over its elements, averaged over the
+        labelled actions of a position, summed over the steps the term
+        covers (unweighted; 0 when it is off).
     """
 
     loss: chex.Array
@@ -142,6 +151,7 @@ class LossMetrics(NamedTuple):
     reply_reward_loss: chex.Array = 0.0
     action_prediction_loss: chex.Array = 0.0
     reconstruction_loss: chex.Array = 0.0
+    action_reconstruction_loss: chex.Array = 0.0
 
 
 def _check_every_action_term(weight: str, action_reward: bool, why: str, batch: LossBatch,
@@ -178,6 +188,7 @@ def unrolled_loss(
     reply_reward_loss_weight: float = 0.0,
     action_prediction_loss_weight: float = 0.0,
     reconstruction_loss_weight: float = 0.0,
+    action_reconstruction_loss_weight: float = 0.0,
 ) -> tuple[chex.Array, LossMetrics]:
     """MuZero's loss over K unroll steps, with the paper's gradient scaling.
 
@@ -215,8 +226,12 @@ def unrolled_loss(
     step k = 0..K: the hidden state the representation (k = 0) or the
     dynamics (k > 0) reached, decoded, against the observation actually
     there (`batch.observation`, then `batch.next_observation`), which keeps
-    what the observation shows in the model's hidden states. Each term
-    is masked by its mask; the total is
+    what the observation shows in the model's hidden states, plus, for
+    `action_reconstruction_loss_weight` > 0 (which needs the action-reward
+    term), that weight times the same squared error of each every-action
+    hidden state, decoded, against the observation the action leads to
+    (`batch.target_action_observation`), averaged over the labelled actions.
+    Each term is masked by its mask; the total is
     `sum_k scale_gradient(l_k, 1 / K if k > 0 else 1)`, weighted per example by
     `importance_weight` and averaged over the batch. All targets are wrapped in
     `stop_gradient`.
@@ -263,6 +278,10 @@ def unrolled_loss(
         in MuZero, which needs no reconstruction). Needs `networks.decoder`
         (built with `make_networks(..., observation_shape=...)`) and
         `batch.next_observation`. Costs one decoder call on B rows per step.
+      action_reconstruction_loss_weight: weight of the every-action
+        reconstruction term (0, off). Needs `action_reward_loss_weight` > 0,
+        `networks.decoder` and `batch.target_action_observation`. Costs one
+        decoder call on B * A rows for each covered step.
 
     Returns:
       `(loss, metrics)`: the scalar loss and a `LossMetrics`.
@@ -328,6 +347,17 @@ def unrolled_loss(
         reply_probs = reward_support.scalar_to_probs(
             jax.lax.stop_gradient(batch.target_reply_reward))  # [B, K, A, bins]
         reply_mask = action_reward_mask * (target_reply >= 0)
+
+    reconstruct_actions = action_reconstruction_loss_weight > 0
+    if reconstruct_actions:
+        _check_every_action_term("action_reconstruction_loss_weight", action_reward,
+                                 "it decodes the same every-action hidden states",
+                                 batch, ("target_action_observation",))
+        if networks.decoder is None:
+            raise ValueError("action_reconstruction_loss_weight > 0 needs networks built with "
+                             "observation_shape")
+        chex.assert_shape(batch.target_action_observation,
+                          (batch_size, num_steps, num_actions) + batch.observation.shape[1:])
 
     predict = action_prediction_loss_weight > 0
     if predict:
@@ -408,8 +438,9 @@ def unrolled_loss(
 
     def action_reward_terms(sources):
         """`[S, B]` reward CE of every labelled action from the first S source
-        states, `[S, B]` the threat-value CE and `[S, B]` the reply-reward CE
-        (zeros when those are off).
+        states, `[S, B]` the threat-value CE, `[S, B]` the reply-reward CE,
+        `[S, B]` the action-prediction CE and `[S, B]` the action-reconstruction
+        squared error (zeros when those are off).
 
         `sources` `[S, B, ...]`: the hidden state each of the first S recurrent
         steps takes its action from. One batched dynamics call on S * B * A rows
@@ -424,7 +455,7 @@ def unrolled_loss(
         probs = jnp.swapaxes(action_reward_probs[:, :covered], 0, 1)  # [S, B, A, bins]
         mask = jnp.swapaxes(action_reward_mask[:, :covered], 0, 1)  # [S, B, A]
         reward_ce = mean_over_actions(_masked_ce(logits, probs), mask)
-        threat_ce = reply_ce = predict_ce = jnp.zeros_like(reward_ce)
+        threat_ce = reply_ce = predict_ce = recon_se = jnp.zeros_like(reward_ce)
         if threat or predict:
             policy_logits, value_logits = networks.prediction(params, after)
             value_logits = value_logits.reshape(lead + value_logits.shape[1:])
@@ -448,7 +479,12 @@ def unrolled_loss(
             r_probs = jnp.swapaxes(reply_probs[:, :covered], 0, 1)
             r_mask = jnp.swapaxes(reply_mask[:, :covered], 0, 1)
             reply_ce = mean_over_actions(_masked_ce(r_logits, r_probs), r_mask)
-        return reward_ce, threat_ce, reply_ce, predict_ce
+        if reconstruct_actions:
+            decoded = networks.decoder(params, after).reshape(lead + (-1,))
+            target = jax.lax.stop_gradient(jnp.swapaxes(
+                batch.target_action_observation[:, :covered], 0, 1)).reshape(lead + (-1,))
+            recon_se = mean_over_actions(jnp.sum(jnp.square(decoded - target), axis=-1), mask)
+        return reward_ce, threat_ce, reply_ce, predict_ce, recon_se
 
     # Step 0: initial inference, no reward loss, gradient scale 1.
     out0 = networks.initial_inference(params, batch.observation)
@@ -479,13 +515,16 @@ def unrolled_loss(
     per_example = loss0 + jnp.sum(l_steps, axis=0)  # [B]
     if action_reward:
         # The every-action term of step k belongs to step k's loss (scaled 1 / K).
-        ar_steps, tv_steps, rr_steps, ap_steps = action_reward_terms(sources[:covered])
+        ar_steps, tv_steps, rr_steps, ap_steps, ao_steps = action_reward_terms(
+            sources[:covered])
         per_example = per_example + jnp.sum(scale_gradient(
             action_reward_loss_weight * ar_steps + threat_value_loss_weight * tv_steps
-            + reply_reward_loss_weight * rr_steps + action_prediction_loss_weight * ap_steps,
+            + reply_reward_loss_weight * rr_steps + action_prediction_loss_weight * ap_steps
+            + action_reconstruction_loss_weight * ao_steps,
             1.0 / num_steps), axis=0)
     else:
-        ar_steps = tv_steps = rr_steps = ap_steps = jnp.zeros((1, batch_size), jnp.float32)
+        ar_steps = tv_steps = rr_steps = ap_steps = ao_steps = jnp.zeros((1, batch_size),
+                                                                        jnp.float32)
     loss = jnp.mean(per_example * weight)
 
     log_probs = jax.nn.log_softmax(out0.policy_logits)
@@ -505,5 +544,6 @@ def unrolled_loss(
         reply_reward_loss=jnp.mean(jnp.sum(rr_steps, axis=0)),
         action_prediction_loss=jnp.mean(jnp.sum(ap_steps, axis=0)),
         reconstruction_loss=jnp.mean(o0 + jnp.sum(o_steps, axis=0)),
+        action_reconstruction_loss=jnp.mean(jnp.sum(ao_steps, axis=0)),
     )
     return loss, metrics

@@ -97,6 +97,11 @@ class Trajectory(NamedTuple):
         policy there (softmax over the legal actions of that position); all
         zeros where the value is 0 for the reasons above. With
         `action_values`.
+      action_observations: `[A, *obs]` float32, for each legal action, the
+        observation it leads to (for the player to move there; the final
+        board where it ends the episode); zeros for illegal actions and on
+        `last` rows. Only with `Config.action_reconstruction_loss_weight > 0`,
+        None otherwise.
     """
 
     observation: Array
@@ -116,6 +121,7 @@ class Trajectory(NamedTuple):
     reply_rewards: Array | None = None
     action_values: Array | None = None
     action_policies: Array | None = None
+    action_observations: Array | None = None
 
 
 class ReplayState(NamedTuple):

@@ -139,8 +139,9 @@ def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
     The observation (and `next_observation` when present), the K actions,
     the K+1 policy targets (and the per-action labels when present: the
     rewards and their mask, the threats, the replies, whose values are actions
-    and are mapped as such, and their rewards) of an example all move by the
-    same symmetry, drawn uniformly (the identity included); values, rewards
+    and are mapped as such, and their rewards, and the observations after
+    every action, moved along both the action axis and their own cells) of an
+    example all move by the same symmetry, drawn uniformly (the identity included); values, rewards
     and masks stay.
 
     Args:
@@ -187,6 +188,14 @@ def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
             target_action_policy=jnp.take_along_axis(
                 jnp.take_along_axis(batch.target_action_policy, index[..., None], axis=2),
                 index[:, :, None, :], axis=3))
+    if getattr(batch, "target_action_observation", None) is not None:
+        # Per action (that axis moves like the policy's), and each one an
+        # observation (its cells move like the observation's).
+        per_action = batch.target_action_observation
+        flat = per_action.reshape(per_action.shape[:3] + (-1,))
+        flat = jnp.take_along_axis(flat, act_index[s][:, None, :, None], axis=2)
+        moved = moved._replace(target_action_observation=jax.vmap(move_obs)(
+            flat.reshape(per_action.shape), obs_index[s]))
     if getattr(batch, "target_reply", None) is not None:
         # Per action, like the policy; the replies are actions, mapped like `actions`.
         reply = jnp.take_along_axis(batch.target_reply, act_index[s][:, None, :], axis=2)

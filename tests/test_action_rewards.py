@@ -117,8 +117,9 @@ def test_symmetries_move_the_labels_with_the_policy():
     b, k = 32, 2
     ks = jax.random.split(jax.random.key(0), 2)
     policy = jax.nn.softmax(jax.random.normal(ks[0], (b, k + 1, 9)))
+    observation = jax.random.normal(ks[1], (b, 3, 3, 2))
     batch = LossBatch(
-        observation=jax.random.normal(ks[1], (b, 3, 3, 2)),
+        observation=observation,
         actions=jnp.zeros((b, k), jnp.int32), target_value=jnp.zeros((b, k + 1)),
         target_reward=jnp.zeros((b, k + 1)), target_policy=policy,
         value_mask=jnp.ones((b, k + 1)), reward_mask=jnp.ones((b, k + 1)),
@@ -132,7 +133,11 @@ def test_symmetries_move_the_labels_with_the_policy():
         target_reply_reward=3.0 * policy[:, :k],
         # The policy after each action is over actions too: both axes move.
         target_action_value=4.0 * policy[:, :k],
-        target_action_policy=policy[:, :k, :, None] * policy[:, 1:k + 1, None, :])
+        target_action_policy=policy[:, :k, :, None] * policy[:, 1:k + 1, None, :],
+        # The observation after each action: moved along the action axis and
+        # over its own cells, it stays the moved observation times the policy.
+        target_action_observation=(observation[:, None, None]
+                                   * policy[:, :k, :, None, None, None]))
     out = augment_batch(batch, symmetries, jax.random.key(1))
     assert not np.array_equal(out.target_policy, policy)  # something moved
     np.testing.assert_array_equal(out.target_action_reward, out.target_policy[:, :k])
@@ -147,6 +152,10 @@ def test_symmetries_move_the_labels_with_the_policy():
     np.testing.assert_allclose(
         out.target_action_policy,
         out.target_policy[:, :k, :, None] * out.target_policy[:, 1:k + 1, None, :], rtol=1e-6)
+    np.testing.assert_allclose(
+        out.target_action_observation,
+        out.observation[:, None, None] * out.target_policy[:, :k, :, None, None, None],
+        rtol=1e-6)
 
 
 def test_refusals_before_compiling():
@@ -308,3 +317,54 @@ def test_action_predictions_refused_without_every_move_rewards():
         preset("tic_tac_toe", action_prediction_loss_weight=-1.0)
     trainer = make_train(_tiny(action_reward_loss_weight=1.0))
     assert trainer.init(jax.random.key(0)).replay.data.action_values is None
+
+
+def test_self_play_stores_the_observation_after_every_move():
+    """With `action_reconstruction_loss_weight`, each TicTacToe row keeps, per
+    legal move, the board that move leads to as the player to reply sees it
+    (their marks, then the mover's with the move added; built here by hand),
+    the final board too where the move ends the game; zeros for illegal
+    moves and `last` rows. The learner's term is on and decreases the loss."""
+    config = _tiny(action_reward_loss_weight=1.0, action_reconstruction_loss_weight=1.0)
+    trainer = make_train(config)
+    state = trainer.init(jax.random.key(5))
+    assert state.replay.data.action_observations.shape[-4:] == (9, 3, 3, 2)
+    losses = []
+    for _ in range(6):
+        state, metrics = trainer.iteration(state)
+        losses.append(float(metrics.action_reconstruction_loss))
+    assert bool(metrics.finite) and bool(metrics.learned)
+    assert losses[2] > 0 and losses[-1] < losses[2]  # learning starts at the third iteration
+    data = jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)
+    checked = ending = 0
+    for b, t, mine, theirs, empty, wins in _boards(data, 16):
+        for a in range(9):
+            stored = data.action_observations[b, t, a]
+            if data.last[b, t] or not empty[a]:
+                assert not stored.any(), (b, t, a)
+                continue
+            after_mine = mine.reshape(-1).copy()
+            after_mine[a] = True
+            expected = np.stack([theirs, after_mine.reshape(3, 3)], -1).astype(np.float32)
+            np.testing.assert_array_equal(stored, expected, err_msg=f"env {b} row {t} move {a}")
+            checked += 1
+            ending += a in wins or empty.sum() == 1
+    assert checked > 100 and ending > 0
+    assert make_train(_tiny(action_reward_loss_weight=1.0)).init(
+        jax.random.key(0)).replay.data.action_observations is None
+
+
+def test_action_reconstruction_refusals():
+    with pytest.raises(ValueError, match="action_reconstruction_loss_weight=1.0 needs"):
+        preset("tic_tac_toe", action_reconstruction_loss_weight=1.0)
+    with pytest.raises(ValueError, match="action_reconstruction_loss_weight"):
+        preset("tic_tac_toe", action_reconstruction_loss_weight=-1.0)
+
+    def old_style_loss(params, batch, *, networks, value_support, reward_support,
+                       value_loss_weight, action_reward_loss_weight, action_reward_steps,
+                       reward_loss_weight=1.0):
+        raise AssertionError("not reached")
+
+    with pytest.raises(ValueError, match="does not accept action_reconstruction_loss_weight"):
+        make_train(_tiny(action_reward_loss_weight=1.0, action_reconstruction_loss_weight=1.0),
+                   loss_fn=old_style_loss)

@@ -609,3 +609,102 @@ def test_action_reward_loss_matches_a_transcription(steps, threat_weight, reply_
         unrolled_loss(params, batch, networks=nets, value_support=VALUE_SUPPORT,
                       reward_support=REWARD_SUPPORT, action_reward_loss_weight=1.0,
                       action_reward_steps=k + 1)
+
+
+def _action_reconstruction_transcription(params, batch, nets, weight, steps):
+    """The every-action reconstruction term written out per example, step and
+    action: from the hidden state that step k's action is taken from
+    (k < steps), each action's next hidden state (the dynamics'), decoded,
+    against the observation that action leads to, squared error summed over
+    the observation's elements, summed over the labelled actions and divided
+    by their count (at least 1), times `weight`, scaled by 1/K; the hidden
+    state by 0.5 between steps."""
+
+    def sg(x, s):
+        return x * s + jax.lax.stop_gradient(x) * (1 - s)
+
+    def example(image, actions, observations, mask):
+        num_steps = actions.shape[0]
+        hidden = nets.initial_inference(params, image[None]).hidden
+        total = 0.0
+        for k in range(num_steps):
+            if k < steps:
+                term = 0.0
+                for a in range(NUM_ACTIONS):
+                    after, _ = nets.dynamics(params, hidden, jnp.array([a]))
+                    error = nets.decoder(params, after)[0] - observations[k, a]
+                    term += jnp.sum(error ** 2) * mask[k, a]
+                total += sg(weight * term / jnp.maximum(jnp.sum(mask[k]), 1.0), 1.0 / num_steps)
+            out = nets.recurrent_inference(params, hidden, actions[k:k + 1])
+            hidden = sg(out.hidden, 0.5)
+        return total
+
+    return jnp.mean(jax.vmap(example)(batch.observation, batch.actions,
+                                      batch.target_action_observation, batch.action_reward_mask))
+
+
+def test_action_reconstruction_loss_matches_a_transcription():
+    """`action_reconstruction_loss_weight`: the decoded every-action hidden
+    states of the first two steps against the observations the actions lead
+    to, in value and gradients; unlabelled actions do not count; refusals."""
+    base_nets, obs_shape = _networks("mlp")
+    cfg = MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,))
+    nets = make_networks(cfg, num_actions=NUM_ACTIONS, value_bins=VALUE_SUPPORT.num_bins,
+                         reward_bins=REWARD_SUPPORT.num_bins, observation_shape=obs_shape)
+    params = _random_params(nets, obs_shape, 6)
+    k, b, steps = 3, 5, 2
+    batch = _random_batch(obs_shape, b, k, 13)
+    ks = jax.random.split(jax.random.key(14), 3)
+    labels = jax.random.choice(ks[0], jnp.array([-1.0, 0.0, 1.0]), (b, k, NUM_ACTIONS))
+    mask = (jax.random.uniform(ks[1], (b, k, NUM_ACTIONS)) > 0.3).astype(jnp.float32)
+    mask = mask.at[0, 0].set(0.0)  # a position with no labelled action counts 0
+    observations = jax.random.normal(ks[2], (b, k, NUM_ACTIONS) + obs_shape)
+    batch = batch._replace(target_action_reward=labels, action_reward_mask=mask,
+                           target_action_observation=observations)
+
+    def expected(p):
+        return (pseudocode_loss(p, batch, nets)
+                + _action_reward_transcription(p, batch, nets, 3.0, steps)
+                + _action_reconstruction_transcription(p, batch, nets, 0.75, steps))
+
+    kwargs = {"action_reward_loss_weight": 3.0, "action_reward_steps": steps}
+    (loss, metrics), grads = _loss_and_grads(params, batch, nets,
+                                             action_reconstruction_loss_weight=0.75, **kwargs)
+    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
+    chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
+    (base, base_metrics), base_grads = _loss_and_grads(params, batch, nets, **kwargs)
+    # Forward, scale_gradient is the identity: the term adds weight x metric.
+    np.testing.assert_allclose(loss - base, 0.75 * metrics.action_reconstruction_loss,
+                               rtol=1e-4)
+    assert base_metrics.action_reconstruction_loss == 0.0
+    assert float(metrics.action_reconstruction_loss) > 0
+    # The gradient reaches the dynamics (and the decoder) through the term.
+    assert _max_rel_diff(grads["dynamics_out"], base_grads["dynamics_out"]) > 1e-2
+    assert float(jnp.max(jnp.abs(base_grads["decoder_out"]["w"]))) == 0.0
+    assert float(jnp.max(jnp.abs(grads["decoder_out"]["w"]))) > 0.0
+    # The observations after unlabelled actions, and after the steps the term
+    # does not cover, do not count; a labelled one does.
+    covered = jnp.arange(k)[None, :, None, None] < steps
+    moved = batch._replace(target_action_observation=jnp.where(
+        ((mask > 0) & covered[..., 0])[..., None], observations, 9.0))
+    (loss_moved, _), _ = _loss_and_grads(params, moved, nets,
+                                         action_reconstruction_loss_weight=0.75, **kwargs)
+    np.testing.assert_allclose(loss_moved, loss, rtol=1e-6)
+    changed = batch._replace(target_action_observation=observations.at[1, 1].add(1.0))
+    assert float(mask[1, 1].sum()) > 0
+    (loss_changed, _), _ = _loss_and_grads(params, changed, nets,
+                                           action_reconstruction_loss_weight=0.75, **kwargs)
+    assert not np.isclose(float(loss_changed), float(loss), rtol=1e-4)
+    # Refusals: without the every-action term, its labels or a decoder.
+    with pytest.raises(ValueError, match="needs action_reward_loss_weight"):
+        unrolled_loss(params, batch, networks=nets, value_support=VALUE_SUPPORT,
+                      reward_support=REWARD_SUPPORT, action_reconstruction_loss_weight=1.0)
+    with pytest.raises(ValueError, match="target_action_observation"):
+        unrolled_loss(params, batch._replace(target_action_observation=None), networks=nets,
+                      value_support=VALUE_SUPPORT, reward_support=REWARD_SUPPORT,
+                      action_reconstruction_loss_weight=1.0, **kwargs)
+    with pytest.raises(ValueError, match="observation_shape"):
+        unrolled_loss(params, batch, networks=base_nets, value_support=VALUE_SUPPORT,
+                      reward_support=REWARD_SUPPORT, action_reconstruction_loss_weight=1.0,
+                      **kwargs)
