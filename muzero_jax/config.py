@@ -80,6 +80,15 @@ class Config:
         comes from the representation). Each step costs one dynamics call on
         batch * num_actions rows per update. The threat-value loss covers the
         same steps.
+      action_reward_batch_size: how many of each update's `batch_size`
+        sampled sequences that loss and the other every-action losses
+        (threat values, replies, predictions, reconstructions) cover (0: all
+        of them). The samples are drawn independently, so the first M are a
+        random subset; each every-action loss is averaged over those M and so
+        keeps its weight. Each covered step then costs M * num_actions rows
+        instead of batch * num_actions (in the `connect_four` preset the
+        every-action rewards were ~40 % of an iteration on the 2-core CPU;
+        README, Board games). Split across devices like `batch_size`.
       threat_value_loss_weight: weight of a value loss on the hidden states
         that every-action dynamics reaches (0: off; needs
         `action_reward_loss_weight` > 0 and a two-player game). While acting,
@@ -216,6 +225,7 @@ class Config:
     consistency_projection_size: int = 128
     action_reward_loss_weight: float = 0.0
     action_reward_steps: int = 1
+    action_reward_batch_size: int = 0
     threat_value_loss_weight: float = 0.0
     reply_reward_loss_weight: float = 0.0
     action_prediction_loss_weight: float = 0.0
@@ -305,6 +315,13 @@ class Config:
             raise ValueError(
                 f"action_reward_steps must be an integer in [1, num_unroll_steps="
                 f"{self.num_unroll_steps}], got {self.action_reward_steps!r}")
+        if (isinstance(self.action_reward_batch_size, bool)
+                or not isinstance(self.action_reward_batch_size, int)
+                or not 0 <= self.action_reward_batch_size <= self.batch_size):
+            raise ValueError(
+                f"action_reward_batch_size must be an integer in [0, batch_size="
+                f"{self.batch_size}] (0: the whole batch), got "
+                f"{self.action_reward_batch_size!r}")
         if self.threat_value_loss_weight > 0 and not self.action_reward_loss_weight > 0:
             raise ValueError(
                 f"threat_value_loss_weight={self.threat_value_loss_weight} needs "

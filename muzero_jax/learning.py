@@ -297,9 +297,15 @@ def _check_accepts(fn: Callable[..., Any], name: str) -> None:
     except (TypeError, ValueError):  # no signature to read (e.g. some builtins): let it run
         return
     if not any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        # The loss weights are off at 0; the two settings below are passed
+        # only with the config fields named.
+        leave = {"action_reward_steps": "leave action_reward_loss_weight at 0",
+                 "action_reward_batch": "leave action_reward_batch_size at 0"}.get(
+                     name, f"leave the weight at {off}")
         raise ValueError(
-            f"config.{name} is set, but the custom loss_fn {getattr(fn, '__name__', fn)!r} "
-            f"does not accept {name}=; add the argument or leave the weight at {off:g}"
+            f"the config passes {name}= to the loss, but the custom loss_fn "
+            f"{getattr(fn, '__name__', fn)!r} does not accept {name}=; add the argument or "
+            f"{leave}"
         )
 
 
@@ -327,7 +333,9 @@ def make_train(
         `consistency_loss_weight=` (its batch then has `next_observation`),
         and with `config.action_reward_loss_weight > 0`
         `action_reward_loss_weight=` and `action_reward_steps=` (its batch then has
-        `target_action_reward` and `action_reward_mask`), and with
+        `target_action_reward` and `action_reward_mask`; with
+        `config.action_reward_batch_size > 0` also `action_reward_batch=`, the
+        per-device count), and with
         `config.threat_value_loss_weight > 0` `threat_value_loss_weight=` (and
         `target_action_threat`), and with `config.reply_reward_loss_weight > 0`
         `reply_reward_loss_weight=` (and `target_reply`, `target_reply_reward`),
@@ -408,6 +416,16 @@ def make_train(
             )
     local_envs = config.num_envs // num_devices
     local_batch = config.batch_size // num_devices
+    if action_reward and config.action_reward_batch_size:
+        if config.action_reward_batch_size % num_devices:
+            raise ValueError(
+                f"action_reward_batch_size={config.action_reward_batch_size} does not split "
+                f"evenly across {num_devices} devices")
+        # Per device: the first M / D of its B / D sampled sequences.
+        extra_loss_kwargs["action_reward_batch"] = (
+            config.action_reward_batch_size // num_devices)
+        if loss_fn is not None:
+            _check_accepts(loss_fn, "action_reward_batch")
     if config.augment_symmetries:
         if env.symmetries is None:
             raise ValueError(

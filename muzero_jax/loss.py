@@ -184,6 +184,7 @@ def unrolled_loss(
     consistency_loss_weight: float = 0.0,
     action_reward_loss_weight: float = 0.0,
     action_reward_steps: int | None = None,
+    action_reward_batch: int | None = None,
     threat_value_loss_weight: float = 0.0,
     reply_reward_loss_weight: float = 0.0,
     action_prediction_loss_weight: float = 0.0,
@@ -327,6 +328,11 @@ def unrolled_loss(
         if not 1 <= covered <= num_steps:
             raise ValueError(f"action_reward_steps must be in [1, K={num_steps}], "
                              f"got {action_reward_steps!r}")
+        covered_examples = batch_size if action_reward_batch is None else action_reward_batch
+        if (isinstance(covered_examples, bool) or not isinstance(covered_examples, int)
+                or not 1 <= covered_examples <= batch_size):
+            raise ValueError(f"action_reward_batch must be an integer in [1, B={batch_size}], "
+                             f"got {action_reward_batch!r}")
     threat = threat_value_loss_weight > 0
     if threat:
         _check_every_action_term("threat_value_loss_weight", action_reward,
@@ -437,23 +443,25 @@ def unrolled_loss(
         return jnp.sum(ce * mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
 
     def action_reward_terms(sources):
-        """`[S, B]` reward CE of every labelled action from the first S source
-        states, `[S, B]` the threat-value CE, `[S, B]` the reply-reward CE,
-        `[S, B]` the action-prediction CE and `[S, B]` the action-reconstruction
+        """`[S, M]` reward CE of every labelled action from the first S source
+        states, `[S, M]` the threat-value CE, `[S, M]` the reply-reward CE,
+        `[S, M]` the action-prediction CE and `[S, M]` the action-reconstruction
         squared error (zeros when those are off).
 
-        `sources` `[S, B, ...]`: the hidden state each of the first S recurrent
-        steps takes its action from. One batched dynamics call on S * B * A rows
-        (and, for the threat values, one prediction call on them).
+        `sources` `[S, M, ...]`: the hidden state each of the first S recurrent
+        steps takes its action from, for the batch's first M examples. One
+        batched dynamics call on S * M * A rows (and, for the threat values,
+        one prediction call on them).
         """
-        lead = (sources.shape[0], batch_size, num_actions)
-        rows = sources.shape[0] * batch_size
+        num_sources, m = sources.shape[:2]  # m: the first m examples of the batch
+        lead = (num_sources, m, num_actions)
+        rows = num_sources * m
         repeated = jnp.repeat(sources.reshape((rows,) + sources.shape[2:]), num_actions, axis=0)
         every_action = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), rows)
         after, logits = networks.dynamics(params, repeated, every_action)
         logits = logits.reshape(lead + logits.shape[1:])
-        probs = jnp.swapaxes(action_reward_probs[:, :covered], 0, 1)  # [S, B, A, bins]
-        mask = jnp.swapaxes(action_reward_mask[:, :covered], 0, 1)  # [S, B, A]
+        probs = jnp.swapaxes(action_reward_probs[:m, :covered], 0, 1)  # [S, M, A, bins]
+        mask = jnp.swapaxes(action_reward_mask[:m, :covered], 0, 1)  # [S, M, A]
         reward_ce = mean_over_actions(_masked_ce(logits, probs), mask)
         threat_ce = reply_ce = predict_ce = recon_se = jnp.zeros_like(reward_ce)
         if threat or predict:
@@ -461,28 +469,28 @@ def unrolled_loss(
             value_logits = value_logits.reshape(lead + value_logits.shape[1:])
             policy_logits = policy_logits.reshape(lead + policy_logits.shape[1:])
         if predict:
-            v_probs = jnp.swapaxes(action_value_probs[:, :covered], 0, 1)  # [S, B, A, bins]
-            p_target = jnp.swapaxes(action_policy[:, :covered], 0, 1)  # [S, B, A, A]
-            p_mask = jnp.swapaxes(action_policy_mask[:, :covered], 0, 1)
+            v_probs = jnp.swapaxes(action_value_probs[:m, :covered], 0, 1)  # [S, M, A, bins]
+            p_target = jnp.swapaxes(action_policy[:m, :covered], 0, 1)  # [S, M, A, A]
+            p_mask = jnp.swapaxes(action_policy_mask[:m, :covered], 0, 1)
             predict_ce = (mean_over_actions(_masked_ce(value_logits, v_probs), mask)
                           + mean_over_actions(_masked_ce(policy_logits, p_target), p_mask))
         if threat:
-            t_probs = jnp.swapaxes(threat_probs[:, :covered], 0, 1)
-            t_mask = jnp.swapaxes(threat_mask[:, :covered], 0, 1)
+            t_probs = jnp.swapaxes(threat_probs[:m, :covered], 0, 1)
+            t_mask = jnp.swapaxes(threat_mask[:m, :covered], 0, 1)
             threat_ce = mean_over_actions(_masked_ce(value_logits, t_probs), t_mask)
         if reply:
-            replies = jnp.swapaxes(target_reply[:, :covered], 0, 1)  # [S, B, A]
+            replies = jnp.swapaxes(target_reply[:m, :covered], 0, 1)  # [S, M, A]
             # One more recurrent step: its hidden state's gradient is halved too.
             _, r_logits = networks.dynamics(params, scale_gradient(after, 0.5),
                                             jnp.maximum(replies, 0).reshape(-1).astype(jnp.int32))
             r_logits = r_logits.reshape(lead + r_logits.shape[1:])
-            r_probs = jnp.swapaxes(reply_probs[:, :covered], 0, 1)
-            r_mask = jnp.swapaxes(reply_mask[:, :covered], 0, 1)
+            r_probs = jnp.swapaxes(reply_probs[:m, :covered], 0, 1)
+            r_mask = jnp.swapaxes(reply_mask[:m, :covered], 0, 1)
             reply_ce = mean_over_actions(_masked_ce(r_logits, r_probs), r_mask)
         if reconstruct_actions:
             decoded = networks.decoder(params, after).reshape(lead + (-1,))
             target = jax.lax.stop_gradient(jnp.swapaxes(
-                batch.target_action_observation[:, :covered], 0, 1)).reshape(lead + (-1,))
+                batch.target_action_observation[:m, :covered], 0, 1)).reshape(lead + (-1,))
             recon_se = mean_over_actions(jnp.sum(jnp.square(decoded - target), axis=-1), mask)
         return reward_ce, threat_ce, reply_ce, predict_ce, recon_se
 
@@ -515,13 +523,18 @@ def unrolled_loss(
     per_example = loss0 + jnp.sum(l_steps, axis=0)  # [B]
     if action_reward:
         # The every-action term of step k belongs to step k's loss (scaled 1 / K).
+        # Only the first `covered_examples` examples get them, scaled by B / M.
         ar_steps, tv_steps, rr_steps, ap_steps, ao_steps = action_reward_terms(
-            sources[:covered])
-        per_example = per_example + jnp.sum(scale_gradient(
+            sources[:covered, :covered_examples])
+        every_action = jnp.sum(scale_gradient(
             action_reward_loss_weight * ar_steps + threat_value_loss_weight * tv_steps
             + reply_reward_loss_weight * rr_steps + action_prediction_loss_weight * ap_steps
             + action_reconstruction_loss_weight * ao_steps,
-            1.0 / num_steps), axis=0)
+            1.0 / num_steps), axis=0)  # [M]
+        if covered_examples < batch_size:
+            every_action = jnp.pad(every_action * (batch_size / covered_examples),
+                                   (0, batch_size - covered_examples))
+        per_example = per_example + every_action
     else:
         ar_steps = tv_steps = rr_steps = ap_steps = ao_steps = jnp.zeros((1, batch_size),
                                                                         jnp.float32)

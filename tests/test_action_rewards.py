@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -173,6 +178,76 @@ def test_refusals_before_compiling():
 
     with pytest.raises(ValueError, match="does not accept action_reward_loss_weight"):
         make_train(_tiny(action_reward_loss_weight=1.0), loss_fn=old_style_loss)
+    for bad in (-1, 9, True, 2.5):  # _tiny's batch_size is 8
+        with pytest.raises(ValueError, match="action_reward_batch_size must be an integer"):
+            _tiny(action_reward_batch_size=bad)
+
+    def no_batch_loss(params, batch, *, networks, value_support, reward_support,
+                      value_loss_weight, reward_loss_weight=1.0, action_reward_loss_weight=0.0,
+                      action_reward_steps=None):
+        return unrolled_loss(params, batch, networks=networks, value_support=value_support,
+                             reward_support=reward_support, value_loss_weight=value_loss_weight,
+                             reward_loss_weight=reward_loss_weight,
+                             action_reward_loss_weight=action_reward_loss_weight,
+                             action_reward_steps=action_reward_steps)
+
+    make_train(_tiny(action_reward_loss_weight=1.0), loss_fn=no_batch_loss)  # 0: not passed
+    with pytest.raises(ValueError, match="does not accept action_reward_batch=; add the "
+                                         "argument or leave action_reward_batch_size at 0"):
+        make_train(_tiny(action_reward_loss_weight=1.0, action_reward_batch_size=4),
+                   loss_fn=no_batch_loss)
+
+
+_PER_DEVICE_BATCH = textwrap.dedent(
+    """
+    import json, sys
+    import jax
+    from muzero_jax.learning import make_train
+    from muzero_jax.loss import unrolled_loss
+    from muzero_jax.networks import MLPConfig
+    from muzero_jax.presets import preset
+    tiny = dict(json.loads(sys.argv[1]),
+                mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)))
+    seen = []
+
+    def recording_loss(params, batch, **kwargs):
+        seen.append((kwargs.get("action_reward_batch"), batch.observation.shape[0]))
+        return unrolled_loss(params, batch, **kwargs)
+
+    out = {}
+    for devices, size in ((1, 4), (4, 8), (4, 0)):
+        config = preset("tic_tac_toe", **tiny, num_devices=devices,
+                        action_reward_batch_size=size)
+        trainer = make_train(config, loss_fn=recording_loss)
+        seen.clear()
+        trainer.iteration.trace(trainer.state_shapes(jax.random.key(0)))  # traced, not run
+        out[f"{devices},{size}"] = sorted(set(seen))
+    try:
+        make_train(preset("tic_tac_toe", **tiny, num_devices=4, action_reward_batch_size=6))
+    except ValueError as e:
+        out["error"] = str(e)
+    print(json.dumps(out))
+    """
+)
+
+
+def test_action_reward_batch_size_is_split_across_devices():
+    """`action_reward_batch_size=M` reaches each device's loss as M / D of its
+    B / D sequences (traced on 1 and 4 fake CPU devices, nothing compiled); 0
+    passes nothing; a count that does not split is refused."""
+    tiny = dict(num_envs=16, rollout_length=4, batch_size=16, replay_ratio=0.25,
+                num_simulations=4, num_unroll_steps=2, td_steps=9, replay_capacity=32,
+                min_replay_steps=12, action_reward_loss_weight=1.0)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, "-c", _PER_DEVICE_BATCH, json.dumps(tiny)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["1,4"] == [[4, 16]]
+    assert out["4,8"] == [[2, 4]]
+    assert out["4,0"] == [[None, 4]]
+    assert "action_reward_batch_size=6 does not split evenly across 4 devices" in out["error"]
 
 
 def _threat_labels(observation: np.ndarray) -> np.ndarray:

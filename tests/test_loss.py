@@ -708,3 +708,67 @@ def test_action_reconstruction_loss_matches_a_transcription():
         unrolled_loss(params, batch, networks=base_nets, value_support=VALUE_SUPPORT,
                       reward_support=REWARD_SUPPORT, action_reconstruction_loss_weight=1.0,
                       **kwargs)
+
+
+def test_action_reward_batch_covers_its_first_examples_at_the_same_weight():
+    """`action_reward_batch=M`: the every-action terms (rewards, predictions,
+    reconstructions) of a batch of B come from its first M examples only and
+    are averaged over those M, so what they add to the loss and its gradients
+    equals what they add to a batch of those M examples alone; the other
+    examples' every-action labels do not count; bad values are refused."""
+    base_nets, obs_shape = _networks("mlp")
+    cfg = MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,))
+    nets = make_networks(cfg, num_actions=NUM_ACTIONS, value_bins=VALUE_SUPPORT.num_bins,
+                         reward_bins=REWARD_SUPPORT.num_bins, observation_shape=obs_shape)
+    params = _random_params(nets, obs_shape, 7)
+    k, b, m = 3, 6, 2
+    batch = _random_batch(obs_shape, b, k, 15)
+    ks = jax.random.split(jax.random.key(16), 7)
+    policies = jax.nn.softmax(jax.random.normal(ks[4], (b, k, NUM_ACTIONS, NUM_ACTIONS)))
+    batch = batch._replace(
+        importance_weight=jax.random.uniform(ks[0], (b,), minval=0.2, maxval=1.0),
+        target_action_reward=jax.random.choice(ks[1], jnp.array([-1.0, 0.0, 1.0]),
+                                               (b, k, NUM_ACTIONS)),
+        action_reward_mask=(jax.random.uniform(ks[2], (b, k, NUM_ACTIONS)) > 0.3).astype(
+            jnp.float32),
+        target_action_value=jax.random.uniform(ks[3], (b, k, NUM_ACTIONS), minval=-1.0,
+                                               maxval=1.0),
+        target_action_policy=policies,
+        target_action_observation=jax.random.normal(ks[5], (b, k, NUM_ACTIONS) + obs_shape))
+    kwargs = {"action_reward_loss_weight": 3.0, "action_reward_steps": 2,
+              "action_prediction_loss_weight": 1.5, "action_reconstruction_loss_weight": 0.5}
+
+    def every_action_part(batch_, **extra):
+        """Loss, metrics and gradients with the every-action terms, minus without."""
+        (loss, metrics), grads = _loss_and_grads(params, batch_, nets, **kwargs, **extra)
+        (base, _), base_grads = _loss_and_grads(params, batch_, nets)
+        return loss - base, metrics, jax.tree.map(jnp.subtract, grads, base_grads)
+
+    part, metrics, grads = every_action_part(batch, action_reward_batch=m)
+    first = jax.tree.map(lambda x: x[:m], batch)
+    ref_part, ref_metrics, ref_grads = every_action_part(first)
+    np.testing.assert_allclose(part, ref_part, rtol=1e-4)
+    chex.assert_trees_all_close(grads, ref_grads, rtol=2e-3, atol=2e-6)
+    for name in ("action_reward_loss", "action_prediction_loss", "action_reconstruction_loss"):
+        np.testing.assert_allclose(getattr(metrics, name), getattr(ref_metrics, name), rtol=1e-5)
+        assert float(getattr(metrics, name)) > 0
+    # The whole batch (None, or M = B) differs: the other examples count there.
+    whole, _, _ = every_action_part(batch)
+    np.testing.assert_allclose(every_action_part(batch, action_reward_batch=b)[0], whole,
+                               rtol=1e-6)
+    assert not np.isclose(float(whole), float(part), rtol=1e-3)
+    # The every-action labels of examples M.. do not count.
+    def rest(x):  # True on examples M.., broadcast against x
+        return (jnp.arange(b) >= m).reshape((b,) + (1,) * (x.ndim - 1))
+
+    moved = batch._replace(**{
+        name: jnp.where(rest(x), value, x) for name, value, x in (
+            ("target_action_reward", 5.0, batch.target_action_reward),
+            ("target_action_value", 0.9, batch.target_action_value),
+            ("target_action_observation", 4.0, batch.target_action_observation))})
+    np.testing.assert_allclose(every_action_part(moved, action_reward_batch=m)[0], part,
+                               rtol=1e-6)
+    for bad in (0, b + 1, 1.5, True):
+        with pytest.raises(ValueError, match="action_reward_batch must be an integer"):
+            unrolled_loss(params, batch, networks=nets, value_support=VALUE_SUPPORT,
+                          reward_support=REWARD_SUPPORT, action_reward_batch=bad, **kwargs)
