@@ -300,8 +300,8 @@ def _check_accepts(fn: Callable[..., Any], name: str) -> None:
         # The loss weights are off at 0; the two settings below are passed
         # only with the config fields named.
         leave = {"action_reward_steps": "leave action_reward_loss_weight at 0",
-                 "action_reward_batch": "leave action_reward_batch_size at 0"}.get(
-                     name, f"leave the weight at {off}")
+                 "action_reward_batch": "leave action_reward_batch_size at 0"}.get(name)
+        leave = leave or f"leave the weight at {off:g}"
         raise ValueError(
             f"the config passes {name}= to the loss, but the custom loss_fn "
             f"{getattr(fn, '__name__', fn)!r} does not accept {name}=; add the argument or "
