@@ -1,10 +1,13 @@
 """Hand-computed n-step targets: episode ends, truncation, two-player signs."""
 
+import types
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from muzero_jax.learning import make_bootstrap_values
 from muzero_jax.replay import Trajectory
 from muzero_jax.targets import make_targets, n_step_values
 
@@ -90,3 +93,80 @@ class TargetsTest(chex.TestCase):
             r, b, t, e, positions=2, td_steps=3, discount=1.0))(rewards, boot, term, ends)
         # steps m_j = min(3, end - j): rows past `end` are 0.
         np.testing.assert_allclose(out, [[3, 3], [3, 2], [1, 0], [0, 0]])
+
+
+def _counting_inference(calls):
+    """A stand-in `initial_inference`: value `10 * observation + params`,
+    recording each time it runs (not when a `lax.cond` skips it)."""
+
+    def initial_inference(params, observation):
+        jax.debug.callback(lambda: calls.append(observation.shape[0]))
+        return types.SimpleNamespace(value_logits=10.0 * observation[:, 0] + params)
+
+    return initial_inference
+
+
+_IDENTITY_SUPPORT = types.SimpleNamespace(logits_to_scalar=lambda x: x)
+
+
+def _batch(*seqs):
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *seqs)
+
+
+def test_bootstrap_values_run_the_target_network_only_when_a_return_needs_it():
+    # K=2, n=3, L=6: return j bootstraps from row min(j + 3, e).
+    calls = []
+    fn = jax.jit(make_bootstrap_values(_counting_inference(calls), _IDENTITY_SUPPORT,
+                                       value_target="target_network",
+                                       num_unroll_steps=2, td_steps=3))
+    short = _seq([0.0] * 6, last=[2], terminated=[2])        # rows 2, 2, 2: terminal
+    longer = _seq([0.0] * 6, last=[4], terminated=[4])       # rows 3, 4, 4: row 3 is not
+    truncated = _seq([0.0] * 6, last=[2], truncated=[2])     # rows 2, 2, 2: bootstrap there
+
+    # Every return ends at a terminal row: no forward pass, all zeros.
+    out = fn(jnp.float32(0.5), _batch(short, short))
+    jax.effects_barrier()
+    assert calls == []
+    np.testing.assert_array_equal(out, np.zeros((2, 6)))
+
+    # One return bootstraps from a running row: the whole batch's K + 1 rows are
+    # evaluated, each at the row its returns read (value 10 * row + 0.5).
+    out = fn(jnp.float32(0.5), _batch(short, longer))
+    jax.effects_barrier()
+    assert calls == [2 * 3]
+    expected = np.zeros((2, 6), np.float32)
+    expected[0, 2] = 20.5
+    expected[1, 3], expected[1, 4] = 30.5, 40.5
+    np.testing.assert_allclose(out, expected)
+
+    # A time limit is not a terminal state: its final row is bootstrapped from.
+    calls.clear()
+    out = fn(jnp.float32(0.5), _batch(truncated, short))
+    jax.effects_barrier()
+    assert calls == [2 * 3]
+    np.testing.assert_allclose(out[0], [0.0, 0.0, 20.5, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(out[1], [0.0, 0.0, 20.5, 0.0, 0.0, 0.0])
+
+    # Stored search values need no network.
+    calls.clear()
+    search = make_bootstrap_values(_counting_inference(calls), _IDENTITY_SUPPORT,
+                                   value_target="search", num_unroll_steps=2, td_steps=3)
+    np.testing.assert_array_equal(search(0.5, _batch(short, longer)), np.full((2, 6), 7.0))
+    jax.effects_barrier()
+    assert calls == []
+
+
+def test_skipping_the_target_network_leaves_the_targets_unchanged():
+    # The values a skipped pass would have given sit at terminal rows, which
+    # the returns read as 0: the targets equal those built from the full pass.
+    # Rewards 1, 2 on arriving at rows 1, 2; the game ends at row 2; gamma -1.
+    seq = _seq([0.0, 1.0, 2.0, 0.0, 0.0, 0.0], last=[2], terminated=[2])
+    skipped = make_bootstrap_values(_counting_inference([]), _IDENTITY_SUPPORT,
+                                    value_target="target_network",
+                                    num_unroll_steps=2, td_steps=3)(0.5, _batch(seq))[0]
+    full = jnp.zeros(6).at[2].set(20.5)  # what the network would have written
+    kw = dict(num_unroll_steps=2, td_steps=3, discount=-1.0)
+    a, b = make_targets(seq, skipped, **kw), make_targets(seq, full, **kw)
+    # Hand-computed: z_0 = 1 - 2 = -1, z_1 = 2, z_2 = 0 (terminal).
+    np.testing.assert_allclose(a.value, [-1.0, 2.0, 0.0])
+    chex.assert_trees_all_equal(a, b)
