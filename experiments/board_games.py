@@ -520,52 +520,84 @@ def random_baseline(env: str, games: int) -> dict:
     return row
 
 
-def pass_report(logdir: str, simulations: int, games: int) -> dict:
-    """Go: how often a trained run's agent passes against random, per seat.
+def pass_report(logdir: str, simulations: int, games: int, *, no_pass_before: int = 0,
+                search_kwargs: str | None = None) -> dict:
+    """Go: how a trained run's agent passes, wins and loses against random, per seat.
 
     Plays `games` games per seat (the standard game, the agent searching with
     `simulations`); returns and prints the win rates, the share of the
-    agent's moves that were passes, the mean game length, and the agent's mean
-    search value on its first move.
+    agent's moves that were passes (and that were passes with nothing else
+    legal), the mean game length, the agent's mean
+    search value on its first move, and for its wins and its losses apart:
+    how many, their mean length, the agent's passes per game and both sides'
+    final area (pgx's Tromp-Taylor count: stones plus the empty points they
+    alone reach; komi 7.5 for white).
+
+    Args:
+      no_pass_before: when > 0, the agent itself does not pass before this
+        ply unless nothing else is legal (as `min_plies_before_pass` in
+        self-play); the game and random keep the standard rules.
+      search_kwargs: the agent's search hyper-parameters (JSON; default: the
+        run's), e.g. '{"gumbel_scale": 0.0}'.
     """
+    from pgx._src.games.go import _count_scores  # pgx's own area count (pgx 2.x)
+
     from muzero_jax import load_agent
     from muzero_jax.arena import match_env, random_opponent
-    from muzero_jax.envs.pgx import reward_of_seat
+    from muzero_jax.envs.pgx import game_state, mask_early_pass, reward_of_seat
 
-    agent = load_agent(logdir)
+    agent = load_agent(logdir, search_kwargs=search_kwargs)
     env = match_env(agent)
     pass_action = env.num_actions - 1
+    size = int(round((env.num_actions - 1) ** 0.5))
     seats = np.repeat(np.array([0, 1], np.int32), games)
     key = jax.random.key(1)
     state, ts = jax.jit(jax.vmap(env.reset))(jax.random.split(key, 2 * games))
     step, opponent = jax.jit(jax.vmap(env.step)), jax.jit(random_opponent)
+    areas = jax.jit(jax.vmap(lambda x: _count_scores(x, size)))
+    early_pass = jax.jit(jax.vmap(lambda m, ply: mask_early_pass(m, ply, no_pass_before)))
     done, results = np.zeros(2 * games, bool), np.zeros(2 * games)
     passes, moves, length = np.zeros(2 * games), np.zeros(2 * games), np.zeros(2 * games)
+    forced = np.zeros(2 * games)  # the agent's passes with nothing else legal
+    area = np.zeros((2 * games, 2))  # [black, white] at the end
     first_value = np.full(2 * games, np.nan)
-    for _ in range(env.max_episode_steps):
+    for ply in range(env.max_episode_steps):
         key, k1, k2 = jax.random.split(key, 3)
         turn = np.asarray(ts.to_play) == seats
-        out = agent.search(ts.observation, ts.legal_action_mask, num_simulations=simulations,
-                           rng=k1)
+        mask = ts.legal_action_mask
+        if no_pass_before:
+            mask = early_pass(mask, jnp.full(2 * games, ply, jnp.int32))
+        out = agent.search(ts.observation, mask, num_simulations=simulations, rng=k1)
         action = np.where(turn, np.asarray(out.action), np.asarray(opponent(state, ts, k2)))
         mine = turn & ~done
         first_value = np.where(mine & np.isnan(first_value), np.asarray(out.value), first_value)
         passes += mine & (action == pass_action)
+        forced += mine & ~np.asarray(ts.legal_action_mask)[:, :-1].any(-1)
         moves += mine
         length += ~done
         state, ts = step(state, jnp.asarray(action, jnp.int32))
         finished = np.asarray(ts.last) & ~done
         results = np.where(finished, np.asarray(reward_of_seat(ts, seats)), results)
+        area = np.where(finished[:, None], np.asarray(areas(game_state(state).game._x)), area)
         done |= np.asarray(ts.last)
         if done.all():
             break
-    row = {"run": logdir, "step": agent.step, "simulations": simulations, "games_per_seat": games}
+    row = {"run": logdir, "step": agent.step, "simulations": simulations, "games_per_seat": games,
+           "no_pass_before": no_pass_before, "search_kwargs": agent.config.search_kwargs}
+    own = np.where(seats == 0, area[:, 0], area[:, 1])  # the first player is black
+    theirs = np.where(seats == 0, area[:, 1], area[:, 0])
     for seat, name in enumerate(("as_first", "as_second")):
         m = seats == seat
         row[name] = {"win": float(np.mean(results[m] > 0)),
                      "pass_share": float(passes[m].sum() / max(moves[m].sum(), 1)),
+                     "forced_pass_share": float(forced[m].sum() / max(moves[m].sum(), 1)),
                      "mean_length": float(length[m].mean()),
                      "first_move_value": float(np.nanmean(first_value[m]))}
+        for outcome, sel in (("wins", m & (results > 0)), ("losses", m & (results <= 0))):
+            row[name][outcome] = None if not sel.any() else {
+                "games": int(sel.sum()), "mean_length": float(length[sel].mean()),
+                "agent_passes": float(passes[sel].mean()),
+                "agent_area": float(own[sel].mean()), "opponent_area": float(theirs[sel].mean())}
     print(json.dumps(row))
     return row
 
@@ -605,7 +637,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pass-report", default=None, metavar="RUN",
                         help="only play a Go run's agent (--logdir of this script or "
                              "muzero-jax train) against random, --eval-games per seat, "
-                             "with the first of --simulations, and print how often it passes")
+                             "with the first of --simulations, and print how often it passes "
+                             "and how its wins and losses end (lengths, areas)")
+    parser.add_argument("--no-pass-before", type=int, default=0, metavar="PLY",
+                        help="with --pass-report: the agent itself does not pass before this "
+                             "ply (the game and random keep the standard rules)")
+    parser.add_argument("--search-kwargs", default=None,
+                        help="with --pass-report: the agent's search hyper-parameters (JSON), "
+                             "e.g. '{\"gumbel_scale\": 0.0}'")
     parser.add_argument("--model-report", default=None, metavar="RUN",
                         help="only print what a Connect Four run's learned model knows "
                              "without search: how often its predicted rewards pick a "
@@ -616,7 +655,8 @@ def main(argv: list[str] | None = None) -> None:
         model_report(args.model_report)
         return
     if args.pass_report:
-        pass_report(args.pass_report, int(args.simulations.split(",")[0]), args.eval_games)
+        pass_report(args.pass_report, int(args.simulations.split(",")[0]), args.eval_games,
+                    no_pass_before=args.no_pass_before, search_kwargs=args.search_kwargs)
         return
     if args.random_baseline:
         random_baseline(args.env, args.random_baseline)

@@ -506,6 +506,7 @@ def make_train(
         projection_size=config.consistency_projection_size if consistency else 0,
         observation_shape=(env.observation_shape if reconstruct or reconstruct_actions
                            else None),
+        compute_dtype=config.compute_dtype,
     )
     root_fn = make_root_fn(networks, value_support)
 

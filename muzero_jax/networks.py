@@ -17,8 +17,9 @@ stay stateless (no batch statistics to carry through search and acting).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import chex
 import haiku as hk
@@ -27,10 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "COMPUTE_DTYPES",
     "MLPConfig",
     "ResNetConfig",
     "NetworkOutput",
     "Networks",
+    "in_dtype",
     "make_networks",
     "min_max_normalize",
     "same_conv",
@@ -48,12 +51,20 @@ def min_max_normalize(hidden: chex.Array, eps: float = 1e-5) -> chex.Array:
 
     Returns:
       `[B, ...]` with `(h - min) / (max - min)`, min and max over all but the
-      batch axis.
+      batch axis, computed in float32 (a bfloat16 `hidden` comes back as
+      bfloat16).
     """
+    h = hidden.astype(jnp.float32)
     axes = tuple(range(1, hidden.ndim))
-    low = jnp.min(hidden, axis=axes, keepdims=True)
-    high = jnp.max(hidden, axis=axes, keepdims=True)
-    return (hidden - low) / jnp.maximum(high - low, eps)
+    low = jnp.min(h, axis=axes, keepdims=True)
+    high = jnp.max(h, axis=axes, keepdims=True)
+    return ((h - low) / jnp.maximum(high - low, eps)).astype(hidden.dtype)
+
+
+def _layer_norm(x: chex.Array, axis, name: str | None = None) -> chex.Array:
+    """`hk.LayerNorm(axis, True, True)` computed in float32 whatever `x`'s
+    dtype (mixed precision keeps normalisation statistics in full precision)."""
+    return hk.LayerNorm(axis, True, True, name=name)(x.astype(jnp.float32)).astype(x.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,7 +251,7 @@ def _mlp(sizes: Sequence[int], activation, layer_norm: bool, name: str) -> Calla
         for i, size in enumerate(sizes):
             x = hk.Linear(size, name=f"{name}_linear_{i}")(x)
             if layer_norm:
-                x = hk.LayerNorm(-1, True, True, name=f"{name}_norm_{i}")(x)
+                x = _layer_norm(x, -1, name=f"{name}_norm_{i}")
             x = activation(x)
         return x
 
@@ -340,10 +351,10 @@ class _ResBlock(hk.Module):
         self._channels = channels
 
     def __call__(self, x):
-        y = hk.LayerNorm((-3, -2, -1), True, True)(x)
+        y = _layer_norm(x, (-3, -2, -1))
         y = jax.nn.relu(y)
         y = _Conv2D(self._channels, 3)(y)
-        y = hk.LayerNorm((-3, -2, -1), True, True)(y)
+        y = _layer_norm(y, (-3, -2, -1))
         y = jax.nn.relu(y)
         y = _Conv2D(self._channels, 3)(y)
         return x + y
@@ -391,7 +402,8 @@ def _build_mlp(cfg: MLPConfig, num_actions: int, value_bins: int, reward_bins: i
         return jnp.take_along_axis(out, action[:, None, None], axis=1)[:, 0]
 
     def dynamics(hidden, action):
-        x = jnp.concatenate([hidden, jax.nn.one_hot(action, num_actions)], axis=-1)
+        encoded = jax.nn.one_hot(action, num_actions, dtype=hidden.dtype)
+        x = jnp.concatenate([hidden, encoded], axis=-1)
         x = _mlp(cfg.hidden_sizes, act, cfg.layer_norm, "dynamics")(x)
         raw = pick(hk.Linear(cfg.latent_size * copies, name="dynamics_out")(x), action)
         reward_in = x if cfg.reward_input == "torso" else raw
@@ -482,7 +494,7 @@ def _projection(size: int):
     def apply(hidden):
         x = hidden.reshape(hidden.shape[0], -1)
         x = hk.Linear(size, name="projection_linear_0")(x)
-        x = jax.nn.relu(hk.LayerNorm(-1, True, True, name="projection_norm_0")(x))
+        x = jax.nn.relu(_layer_norm(x, -1, name="projection_norm_0"))
         z = hk.Linear(size, name="projection_out")(x)
         y = jax.nn.relu(hk.Linear(size, name="predictor_linear_0")(z))
         return z, hk.Linear(size, name="predictor_out")(y)
@@ -504,6 +516,30 @@ def _decoder(observation_shape: tuple[int, ...], hidden_sizes: Sequence[int]):
     return apply
 
 
+COMPUTE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
+"""The dtypes the networks can compute in (`make_networks(compute_dtype=)`)."""
+
+
+def in_dtype(fn: Callable[..., Any], dtype: str) -> Callable[..., Any]:
+    """`fn(params, *args)` computing in `dtype`: floating parameters and
+    arguments cast to it, floating outputs cast back to float32 (integer
+    arguments, e.g. actions, pass unchanged). `fn` itself for float32."""
+    if dtype == "float32":
+        return fn
+    target = jnp.dtype(dtype)
+
+    def cast(tree, to):
+        return jax.tree.map(
+            lambda x: x.astype(to) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x,
+            tree)
+
+    @functools.wraps(fn)
+    def wrapped(params, *args):
+        return cast(fn(cast(params, target), *cast(args, target)), jnp.float32)
+
+    return wrapped
+
+
 def make_networks(
     config: MLPConfig | ResNetConfig,
     *,
@@ -512,6 +548,7 @@ def make_networks(
     reward_bins: int,
     projection_size: int = 0,
     observation_shape: Sequence[int] | None = None,
+    compute_dtype: str = "float32",
 ) -> Networks:
     """Builds MuZero's networks as pure functions of one parameter set.
 
@@ -525,6 +562,11 @@ def make_networks(
       observation_shape: when given, also builds `Networks.decoder`, which
         maps a hidden state to an observation of this shape (the
         reconstruction loss), through the config's `head_hidden_sizes`.
+      compute_dtype: `"float32"`, or `"bfloat16"` for mixed precision: each
+        function casts its floating inputs and the parameters to bfloat16,
+        computes in it (the matrix units' fast path on GPUs and TPUs) and
+        returns float32. Parameters, optimiser state, gradients (through
+        the casts) and everything outside the networks stay float32.
 
     Returns:
       A `Networks` bundle; `init(rng_key, observation[B, *obs])` makes params.
@@ -533,6 +575,9 @@ def make_networks(
     _check_positive("value_bins", value_bins)
     _check_positive("reward_bins", reward_bins)
     _check_positive("projection_size", projection_size, allow_zero=True)
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"compute_dtype must be one of {', '.join(COMPUTE_DTYPES)}, "
+                         f"got {compute_dtype!r}")
     if observation_shape is not None:
         observation_shape = tuple(int(d) for d in observation_shape)
         if not observation_shape or any(d < 1 for d in observation_shape):
@@ -566,8 +611,9 @@ def make_networks(
         return init, functions + extra
 
     transformed = hk.without_apply_rng(hk.multi_transform(forward))
-    representation_fn, dynamics_fn, prediction_fn = transformed.apply[:3]
-    extra_fns = list(transformed.apply[3:])
+    applies = [in_dtype(fn, compute_dtype) for fn in transformed.apply]
+    representation_fn, dynamics_fn, prediction_fn = applies[:3]
+    extra_fns = applies[3:]
     projection_fn = extra_fns.pop(0) if projection_size else None
     decoder_fn = extra_fns.pop(0) if observation_shape is not None else None
 

@@ -179,3 +179,17 @@ def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     if message is not None:
         assert len(err) == 1 and message in err[0], err
+
+
+def test_unroll_compares_compute_dtypes(tmp_path):
+    out = tmp_path / "unroll.json"
+    assert bench.main(["unroll", "--network", "mlp", "--unroll-steps", "1", "--batch-sizes", "8",
+                       "--repeats", "1", "--compute-dtypes", "float32,bfloat16",
+                       "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["compute_dtype"] for r in rows] == ["float32", "bfloat16"]
+    # The same network and batch: the same parameter count.
+    assert rows[0]["num_params"] == rows[1]["num_params"]
+    # No listed peak applies to bfloat16 (the table's are float32/TF32 ones).
+    assert rows[1]["peak_flops_per_s"] is None and rows[1]["mfu"] is None
+    assert bench.main(["unroll", "--compute-dtypes", "float16"]) == 2

@@ -199,3 +199,67 @@ def test_eval_and_print_every_seconds_follow_the_training_clock(monkeypatch, cap
     result = board_games.run("tic_tac_toe", seed=0, max_seconds=30.0, eval_every=3,
                              eval_games=1, opponent="random", overrides={})
     assert [e["iteration"] for e in result["evaluations"]] == [3, 6, 8]
+
+
+def test_pass_report_counts_passes_and_areas_that_agree_with_the_results(tmp_path, capsys):
+    from experiments.board_games import pass_report, run
+
+    overrides = {"num_envs": 2, "rollout_length": 4, "batch_size": 2, "replay_capacity": 170,
+                 "min_replay_steps": 168, "num_simulations": 2, "replay_ratio": 0.125,
+                 "resnet": {"channels": 4, "num_blocks": 1, "head_hidden_sizes": [8]}}
+    run("go_9x9", seed=0, max_seconds=0.0, eval_every=1, eval_games=1, opponent="random",
+        overrides=overrides, logdir=str(tmp_path))
+    capsys.readouterr()
+    # The agent may not pass before ply 162, the game's last: it passes only
+    # where nothing else is legal, while random keeps the standard rules.
+    row = pass_report(str(tmp_path), simulations=2, games=3, no_pass_before=162,
+                      search_kwargs='{"gumbel_scale": 0.0}')
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == row
+    assert row["search_kwargs"] == '{"gumbel_scale": 0.0}' and row["no_pass_before"] == 162
+    for seat, komi_sign in (("as_first", -1.0), ("as_second", 1.0)):
+        side = row[seat]
+        assert side["pass_share"] == side["forced_pass_share"] < 0.2
+        games = {k: side[k]["games"] if side[k] else 0 for k in ("wins", "losses")}
+        assert games["wins"] + games["losses"] == 3
+        assert side["win"] == games["wins"] / 3
+        # Area scoring with komi 7.5 for white decides every game that ends by
+        # passes or at the move limit: the winner's area is the larger.
+        for outcome, sign in (("wins", 1.0), ("losses", -1.0)):
+            if side[outcome]:
+                margin = side[outcome]["agent_area"] - side[outcome]["opponent_area"]
+                assert sign * (margin + komi_sign * 7.5) > 0, (seat, outcome, side)
+                assert 0 < side[outcome]["mean_length"] <= 162
+
+
+class _PassingAgent:
+    """The `Agent` shape: passes whenever the mask it is given allows it, else
+    plays its first legal point."""
+
+    def __init__(self, env):
+        from muzero_jax.presets import preset
+        self.env, self.step, self.config = env, 0, preset("go_9x9")
+
+    def search(self, observation, legal_action_mask, *, num_simulations=None, rng=None):
+        from muzero_jax.agent import AgentOutput
+        mask = np.asarray(legal_action_mask)
+        action = np.where(mask[:, -1], mask.shape[1] - 1, np.argmax(mask, axis=1))
+        zeros = np.zeros(mask.shape[0], np.float32)
+        return AgentOutput(action=action, value=zeros, policy=mask.astype(np.float32))
+
+
+def test_no_pass_before_holds_the_agents_own_passes_back(monkeypatch):
+    import muzero_jax
+    from experiments.board_games import pass_report
+    from muzero_jax.envs import make_env
+
+    monkeypatch.setattr(muzero_jax, "load_agent", lambda *a, **k: _PassingAgent(make_env("go_9x9")))
+    free = pass_report("stand-in", simulations=1, games=2)
+    held = pass_report("stand-in", simulations=1, games=2, no_pass_before=40)
+    for seat in ("as_first", "as_second"):
+        # Free to pass, it passes on every move; held back, only from ply 40 on
+        # (its 20th move) or with nothing else legal.
+        assert free[seat]["pass_share"] == 1.0
+        side = held[seat]
+        assert side["mean_length"] > 40
+        moves_before_40 = 20
+        assert side["pass_share"] <= 1.0 - moves_before_40 / (side["mean_length"] / 2 + 1)

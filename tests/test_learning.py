@@ -144,9 +144,12 @@ def _prior_policy_return(trainer, params, num_episodes=64):
     return float(total.mean())
 
 
-def test_catch_learns():
-    config = preset("catch", seed=0, **LEARN)
+@pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
+def test_catch_learns(compute_dtype):
+    config = preset("catch", seed=0, compute_dtype=compute_dtype, **LEARN)
     result = train(config)
+    # Mixed precision keeps the parameters float32.
+    assert {p.dtype for p in jax.tree.leaves(result.state.params)} == {jnp.dtype("float32")}
     params = result.state.params
     returns = np.asarray(result.trainer.evaluate(params, jax.random.key(123)))
     late = [r["episode_return"] for r in result.history[-10:] if r["episode_return"] is not None]

@@ -285,3 +285,67 @@ def test_conv_module_has_haiku_conv2d_parameters_and_outputs():
     chex.assert_trees_all_equal(p_ours, p_theirs)
     np.testing.assert_allclose(ours.apply(p_ours, None, x), theirs.apply(p_theirs, None, x),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("network", ["mlp", "resnet"])
+def test_bfloat16_networks_compute_in_bfloat16_and_keep_float32_parameters(network):
+    if network == "mlp":
+        cfg, obs = MLPConfig(hidden_sizes=(32,), latent_size=16, head_hidden_sizes=(16,)), (5,)
+    else:
+        cfg = ResNetConfig(channels=8, num_blocks=1, downsample=False, head_hidden_sizes=(16,))
+        obs = (6, 7, 2)
+    kw = dict(num_actions=3, value_bins=5, reward_bins=5)
+    full = make_networks(cfg, **kw)
+    half = make_networks(cfg, compute_dtype="bfloat16", **kw)
+    x = jax.random.normal(jax.random.key(0), (4,) + obs)
+    params = full.init(jax.random.key(1), x)
+    # The same parameters: the dtype is a way of computing, not a different net.
+    chex.assert_trees_all_equal_structs(params, half.init(jax.random.key(1), x))
+    assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(half.init(jax.random.key(1), x)))
+    # Non-zero heads, so that the comparison below is not of zeros.
+    params = jax.tree.map(lambda p: p + 0.05 * jax.random.normal(jax.random.key(2), p.shape),
+                          params)
+    action = jnp.array([0, 1, 2, 1])
+
+    def outputs(nets, p):
+        first = nets.initial_inference(p, x)
+        return first, nets.recurrent_inference(p, first.hidden, action)
+
+    want, got = outputs(full, params), outputs(half, params)
+    for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+        assert g.dtype == jnp.float32  # cast back for the losses and the search
+        np.testing.assert_allclose(g, w, rtol=0.05, atol=0.05)
+    # ...computed in bfloat16: not bit-equal to float32, and equal to the same
+    # function run on bfloat16-rounded parameters and inputs.
+    assert any(not np.array_equal(w, g) for w, g in
+               zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True))
+    rounded = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)
+    direct = full.representation(rounded, x.astype(jnp.bfloat16))
+    assert direct.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(got[0].hidden, direct.astype(jnp.float32))
+    # Nothing inside promotes back to float32 (e.g. the action's encoding).
+    nxt, reward = full.dynamics(rounded, direct, action)
+    policy, value = full.prediction(rounded, nxt)
+    assert {a.dtype for a in (nxt, reward, policy, value)} == {jnp.dtype(jnp.bfloat16)}
+
+    # Gradients reach the float32 parameters in float32, close to float32's.
+    def loss(p, nets):
+        first, nxt = outputs(nets, p)
+        return (jnp.sum(first.value_logits ** 2) + jnp.sum(nxt.reward_logits * nxt.value_logits)
+                + jnp.sum(jnp.sin(nxt.policy_logits)))
+
+    g_full, g_half = jax.grad(loss)(params, full), jax.grad(loss)(params, half)
+    flat_full = jnp.concatenate([g.ravel() for g in jax.tree.leaves(g_full)])
+    flat_half = jnp.concatenate([g.ravel() for g in jax.tree.leaves(g_half)])
+    assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(g_half))
+    cosine = flat_full @ flat_half / jnp.linalg.norm(flat_full) / jnp.linalg.norm(flat_half)
+    assert cosine > 0.99, cosine
+
+
+def test_compute_dtype_refusals():
+    from muzero_jax.config import Config
+    with pytest.raises(ValueError, match="compute_dtype must be one of float32, bfloat16"):
+        make_networks(MLPConfig(), num_actions=2, value_bins=3, reward_bins=3,
+                      compute_dtype="float16")
+    with pytest.raises(ValueError, match="compute_dtype must be 'float32' or 'bfloat16'"):
+        Config(compute_dtype="half")

@@ -113,6 +113,7 @@ def run_unroll(
     *, env: str, networks: Sequence[str], unroll_steps: Sequence[int],
     batch_sizes: Sequence[int], repeats: int, seed: int = 0,
     peak_flops_per_s: float | None = None, updates_per_call: int = 1,
+    compute_dtypes: Sequence[str] = ("float32",),
 ) -> list[dict[str, Any]]:
     """Learner samples/s (a sample = one sequence of K unroll steps) per setting.
 
@@ -120,6 +121,9 @@ def run_unroll(
     `lax.scan`, as a training iteration runs its updates, so the figure is the
     one training sees (on XLA:CPU a step inside a loop can compile to slower
     code than the same step alone).
+    `compute_dtypes`: the networks' compute dtypes to compare
+    (`Config.compute_dtype`); a bfloat16 row gets an MFU only against a given
+    `peak_flops_per_s` (the listed peaks are TF32/float32 ones).
     `peak_flops_per_s`: the device's peak for the MFU column (None: looked up
     from the device kind in `muzero_jax.bench.flops.PEAK_TFLOPS`; no MFU when
     unknown, e.g. on CPU).
@@ -139,61 +143,63 @@ def run_unroll(
     peak = peak_flops_per_s or peak_flops(device_kind)
     rows = []
     rng = np.random.default_rng(seed)
-    for network in networks:
-        for k in unroll_steps:
-            for batch in batch_sizes:
-                config = preset(env, network=network, num_unroll_steps=k)
-                vs = make_support(config.value_support_size)
-                rs = make_support(config.reward_support_size)
-                nets = make_networks(
-                    config.mlp if network == "mlp" else config.resnet,
-                    num_actions=environment.num_actions, value_bins=vs.num_bins,
-                    reward_bins=rs.num_bins,
-                )
-                optimizer, _ = make_optimizer(config)
-                data = _random_batch(rng, environment.observation_shape,
-                                     environment.num_actions, batch, k)
-                params = nets.init(jax.random.key(seed), jnp.asarray(data.observation[:1]))
-                opt_state = optimizer.init(params)
+    settings = [(n, k, b, d) for n in networks for k in unroll_steps for b in batch_sizes
+                for d in compute_dtypes]
+    for network, k, batch, dtype in settings:
+        config = preset(env, network=network, num_unroll_steps=k)
+        vs = make_support(config.value_support_size)
+        rs = make_support(config.reward_support_size)
+        nets = make_networks(
+            config.mlp if network == "mlp" else config.resnet,
+            num_actions=environment.num_actions, value_bins=vs.num_bins,
+            reward_bins=rs.num_bins, compute_dtype=dtype,
+        )
+        optimizer, _ = make_optimizer(config)
+        data = _random_batch(rng, environment.observation_shape,
+                             environment.num_actions, batch, k)
+        params = nets.init(jax.random.key(seed), jnp.asarray(data.observation[:1]))
+        opt_state = optimizer.init(params)
 
-                def step(params, opt_state, data, nets=nets, vs=vs, rs=rs,
-                         optimizer=optimizer, weight=config.value_loss_weight):
-                    grads, _ = jax.grad(unrolled_loss, has_aux=True)(
-                        params, data, networks=nets, value_support=vs, reward_support=rs,
-                        value_loss_weight=weight)
-                    updates, opt_state = optimizer.update(grads, opt_state, params)
-                    return optax.apply_updates(params, updates), opt_state
+        def step(params, opt_state, data, nets=nets, vs=vs, rs=rs,
+                 optimizer=optimizer, weight=config.value_loss_weight):
+            grads, _ = jax.grad(unrolled_loss, has_aux=True)(
+                params, data, networks=nets, value_support=vs, reward_support=rs,
+                value_loss_weight=weight)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
 
-                call = repeat_update(step, updates_per_call)
-                t0 = time.perf_counter()
-                compiled = jax.jit(call).lower(params, opt_state, data).compile()
-                compile_s = time.perf_counter() - t0
-                cost = compiled.cost_analysis()
-                cost = cost[0] if isinstance(cost, list) else cost
-                flops = float(cost.get("flops", 0.0)) if cost else 0.0
-                model_flops = matmul_flops(step, params, opt_state, data)
-                data_dev = jax.device_put(data)
-                _, times = time_calls(lambda c=compiled, p=params, o=opt_state, d=data_dev:
-                                      c(p, o, d), repeats)
-                summary = _summary(times, batch * updates_per_call)
-                step_s = summary["median_s"] / updates_per_call
-                rows.append({
-                    "bench": "unroll", "env": env, "network": network, "unroll_steps": k,
-                    "batch_size": batch, "updates_per_call": updates_per_call,
-                    "repeats": repeats,
-                    "num_params": int(sum(x.size for x in jax.tree.leaves(params))),
-                    "compile_s": compile_s, "flops_per_step": flops,
-                    "samples_per_s": summary["per_s"],
-                    "samples_per_s_min": summary["per_s_min"],
-                    "samples_per_s_max": summary["per_s_max"],
-                    "step_median_s": step_s,
-                    "achieved_flops_per_s": flops / step_s,
-                    "model_flops_per_step": model_flops,
-                    "model_flops_per_s": model_flops / step_s,
-                    "device_kind": device_kind,
-                    "peak_flops_per_s": peak,
-                    "mfu": model_flops / step_s / peak if peak else None,
-                })
+        call = repeat_update(step, updates_per_call)
+        t0 = time.perf_counter()
+        compiled = jax.jit(call).lower(params, opt_state, data).compile()
+        compile_s = time.perf_counter() - t0
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        flops = float(cost.get("flops", 0.0)) if cost else 0.0
+        model_flops = matmul_flops(step, params, opt_state, data)
+        data_dev = jax.device_put(data)
+        _, times = time_calls(lambda c=compiled, p=params, o=opt_state, d=data_dev:
+                              c(p, o, d), repeats)
+        summary = _summary(times, batch * updates_per_call)
+        step_s = summary["median_s"] / updates_per_call
+        row_peak = peak if dtype == "float32" else peak_flops_per_s
+        rows.append({
+            "bench": "unroll", "env": env, "network": network, "unroll_steps": k,
+            "compute_dtype": dtype, "batch_size": batch,
+            "updates_per_call": updates_per_call,
+            "repeats": repeats,
+            "num_params": int(sum(x.size for x in jax.tree.leaves(params))),
+            "compile_s": compile_s, "flops_per_step": flops,
+            "samples_per_s": summary["per_s"],
+            "samples_per_s_min": summary["per_s_min"],
+            "samples_per_s_max": summary["per_s_max"],
+            "step_median_s": step_s,
+            "achieved_flops_per_s": flops / step_s,
+            "model_flops_per_step": model_flops,
+            "model_flops_per_s": model_flops / step_s,
+            "device_kind": device_kind,
+            "peak_flops_per_s": row_peak,
+            "mfu": model_flops / step_s / row_peak if row_peak else None,
+        })
     return rows
 
 
@@ -312,6 +318,9 @@ def _parser() -> argparse.ArgumentParser:
     unroll.add_argument("--updates-per-call", type=_positive, default=1,
                         help="learner steps per timed call, in a lax.scan as in a training "
                              "iteration (default 1: one step alone)")
+    unroll.add_argument("--compute-dtypes", default="float32",
+                        help="comma-separated: float32, bfloat16 (the networks' compute "
+                             "dtype, Config.compute_dtype)")
     unroll.add_argument("--peak-tflops", type=_positive_float, default=None,
                         help="the device's peak TFLOP/s for the MFU column (default: "
                              "known GPUs/TPUs, see muzero_jax.bench.flops; none on CPU)")
@@ -359,17 +368,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command == "unroll":
             from muzero_jax.envs import make_env  # noqa: F401 - fail early on bad env
+            from muzero_jax.networks import COMPUTE_DTYPES
 
             networks = [n.strip() for n in args.network.split(",") if n.strip()]
             bad = [n for n in networks if n not in ("mlp", "resnet")]
             if bad or not networks:
                 raise _UsageError(f"{_PROG} unroll: --network must list mlp and/or resnet, "
                                   f"got {args.network!r}")
+            dtypes = [d.strip() for d in args.compute_dtypes.split(",") if d.strip()]
+            bad = [d for d in dtypes if d not in COMPUTE_DTYPES]
+            if bad or not dtypes:
+                raise _UsageError(f"{_PROG} unroll: --compute-dtypes must list "
+                                  f"{' and/or '.join(COMPUTE_DTYPES)}, got {args.compute_dtypes!r}")
             rows = run_unroll(env=args.env, networks=networks, unroll_steps=args.unroll_steps,
                               batch_sizes=args.batch_sizes, repeats=args.repeats,
                               peak_flops_per_s=args.peak_tflops and args.peak_tflops * 1e12,
-                              updates_per_call=args.updates_per_call)
-            print(_table(rows, ("network", "unroll_steps", "batch_size", "updates_per_call",
+                              updates_per_call=args.updates_per_call, compute_dtypes=dtypes)
+            print(_table(rows, ("network", "unroll_steps", "compute_dtype", "batch_size",
+                                "updates_per_call",
                                 "samples_per_s",
                                 "samples_per_s_min", "samples_per_s_max", "compile_s",
                                 "model_flops_per_step", "mfu")))
