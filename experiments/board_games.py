@@ -651,6 +651,10 @@ def main(argv: list[str] | None = None) -> None:
                              "winning move, and a safe one where a block is needed, and "
                              "how far its values drift from the real game's 1-3 moves on")
     args = parser.parse_args(argv)
+    if args.no_pass_before < 0:
+        parser.error(f"--no-pass-before must be >= 0, got {args.no_pass_before}")
+    if (args.no_pass_before or args.search_kwargs is not None) and not args.pass_report:
+        parser.error("--no-pass-before and --search-kwargs go with --pass-report")
     if args.model_report:
         model_report(args.model_report)
         return

@@ -263,3 +263,17 @@ def test_no_pass_before_holds_the_agents_own_passes_back(monkeypatch):
         assert side["mean_length"] > 40
         moves_before_40 = 20
         assert side["pass_share"] <= 1.0 - moves_before_40 / (side["mean_length"] / 2 + 1)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--pass-report", "RUN", "--no-pass-before", "-1"], "--no-pass-before must be >= 0"),
+    (["--no-pass-before", "81"], "go with --pass-report"),
+    (["--search-kwargs", "{}"], "go with --pass-report"),
+])
+def test_pass_report_flags_are_checked_before_anything_runs(argv, message, capsys):
+    from experiments.board_games import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
