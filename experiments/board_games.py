@@ -540,21 +540,18 @@ def pass_report(logdir: str, simulations: int, games: int, *, no_pass_before: in
       search_kwargs: the agent's search hyper-parameters (JSON; default: the
         run's), e.g. '{"gumbel_scale": 0.0}'.
     """
-    from pgx._src.games.go import _count_scores  # pgx's own area count (pgx 2.x)
-
     from muzero_jax import load_agent
     from muzero_jax.arena import match_env, random_opponent
-    from muzero_jax.envs.pgx import game_state, mask_early_pass, reward_of_seat
+    from muzero_jax.envs.pgx import game_state, go_areas, mask_early_pass, reward_of_seat
 
     agent = load_agent(logdir, search_kwargs=search_kwargs)
     env = match_env(agent)
     pass_action = env.num_actions - 1
-    size = int(round((env.num_actions - 1) ** 0.5))
     seats = np.repeat(np.array([0, 1], np.int32), games)
     key = jax.random.key(1)
     state, ts = jax.jit(jax.vmap(env.reset))(jax.random.split(key, 2 * games))
     step, opponent = jax.jit(jax.vmap(env.step)), jax.jit(random_opponent)
-    areas = jax.jit(jax.vmap(lambda x: _count_scores(x, size)))
+    areas = jax.jit(jax.vmap(go_areas))
     early_pass = jax.jit(jax.vmap(lambda m, ply: mask_early_pass(m, ply, no_pass_before)))
     done, results = np.zeros(2 * games, bool), np.zeros(2 * games)
     passes, moves, length = np.zeros(2 * games), np.zeros(2 * games), np.zeros(2 * games)
@@ -578,7 +575,7 @@ def pass_report(logdir: str, simulations: int, games: int, *, no_pass_before: in
         state, ts = step(state, jnp.asarray(action, jnp.int32))
         finished = np.asarray(ts.last) & ~done
         results = np.where(finished, np.asarray(reward_of_seat(ts, seats)), results)
-        area = np.where(finished[:, None], np.asarray(areas(game_state(state).game._x)), area)
+        area = np.where(finished[:, None], np.asarray(areas(game_state(state).game)), area)
         done |= np.asarray(ts.last)
         if done.all():
             break

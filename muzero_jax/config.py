@@ -10,7 +10,7 @@ import dataclasses
 import json
 from typing import Any, Literal
 
-from muzero_jax.networks import MLPConfig, ResNetConfig
+from muzero_jax.networks import COMPUTE_DTYPES, MLPConfig, ResNetConfig
 
 __all__ = ["Config", "config_from_dict", "config_to_dict"]
 
@@ -300,7 +300,7 @@ class Config:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if self.network not in ("mlp", "resnet"):
             raise ValueError(f"network must be 'mlp' or 'resnet', got {self.network!r}")
-        if self.compute_dtype not in ("float32", "bfloat16"):
+        if self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(
                 f"compute_dtype must be 'float32' or 'bfloat16', got {self.compute_dtype!r}")
         if self.value_target not in ("target_network", "search"):

@@ -196,3 +196,20 @@ def test_go_env_kwargs_shape_self_play_but_matches_play_the_real_game():
     assert bool(ts.legal_action_mask[81]) and bool(ts.legal_action_mask.all())
     plain = Agent(_tiny_go_config(), make_train(_tiny_go_config()), params=None)
     assert match_env(plain) is plain.env
+
+
+def test_go_areas_count_stones_and_the_empty_points_only_they_reach():
+    import pgx
+
+    from muzero_jax.envs.pgx import go_areas
+
+    env = pgx.make("go_9x9")
+    g = env.init(jax.random.key(0))
+    # pgx counts an empty region that reaches no stone for both colours.
+    np.testing.assert_array_equal(go_areas(g), [81, 81])
+    g = env.step(g, jnp.int32(40))  # black on the centre: every point reaches only black
+    np.testing.assert_array_equal(go_areas(g), [81, 0])
+    g = env.step(g, jnp.int32(0))  # white in a corner: empty points now reach both
+    np.testing.assert_array_equal(go_areas(g), [1, 1])
+    g = env.step(g, jnp.int32(1))  # black beside it: stones alone, 2 to 1
+    np.testing.assert_array_equal(go_areas(g), [2, 1])

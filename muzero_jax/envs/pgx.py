@@ -181,13 +181,27 @@ def mask_early_pass(mask: chex.Array, plies: chex.Array, min_plies: int) -> chex
     return mask.at[-1].set(mask[-1] & allow)
 
 
+def _area_counts(x, size: int) -> chex.Array:
+    """`[2]` (black, white) Tromp-Taylor areas of pgx's internal Go state `x`.
+    The one place that reads pgx 2.x's private Go code (hence `pgx<3`)."""
+    from pgx._src.games.go import _count_scores
+
+    return _count_scores(x, size)
+
+
+def go_areas(game) -> chex.Array:
+    """`[2]` (black, white) area of a pgx Go `State`: pgx's own Tromp-Taylor
+    count (stones plus the empty points only they reach; an empty region that
+    reaches no stone counts for both), komi not included."""
+    x = game._x
+    return _area_counts(x, int(round(x.board.shape[-1] ** 0.5)))
+
+
 def _go_margin(env, x, color: chex.Array) -> chex.Array:
     """Area-score margin of `color` (0 black, 1 white) on pgx Go state `x`, komi
     included, divided by `size**2 + komi`."""
-    from pgx._src.games.go import _count_scores  # pgx's own area count (pgx 2.x)
-
     game = env._game
-    black, white = _count_scores(x, game.size)
+    black, white = _area_counts(x, game.size)
     black_margin = (black - white - game.komi) / (game.size ** 2 + game.komi)
     return jnp.where(color == 0, black_margin, -black_margin).astype(jnp.float32)
 
@@ -207,5 +221,6 @@ def reward_of_seat(timestep: TimeStep, seat_index: chex.Array) -> chex.Array:
     return jnp.where(mover == seat_index, timestep.reward, -timestep.reward)
 
 
-__all__ += ["game_state", "game_symmetries", "mask_early_pass", "reward_of_seat", "seat"]
+__all__ += ["game_state", "game_symmetries", "go_areas", "mask_early_pass", "reward_of_seat",
+            "seat"]
 
