@@ -16,6 +16,7 @@ from muzero_jax.networks import (
 from muzero_jax.search import (
     BUILTIN_SEARCHES,
     SearchFn,
+    make_decoded_recurrent_fn,
     make_env_recurrent_fn,
     make_env_root_fn,
     make_recurrent_fn,
@@ -57,6 +58,7 @@ __all__ = [
     "h_inverse",
     "h_transform",
     "load_agent",
+    "make_decoded_recurrent_fn",
     "make_env_recurrent_fn",
     "make_env_root_fn",
     "make_networks",

@@ -8,7 +8,9 @@
 function and network), jitted once per simulation count. With
 `load_agent(..., model="env")` the search plans in the environment's own
 dynamics instead of the learned model (AlphaZero-style; `search.make_env_recurrent_fn`),
-and `act`/`search` then need the environments' states too.
+and `act`/`search` then need the environments' states too. With
+`model="decoded"` it plans in the learned model re-grounded in its own decoded
+observations at every step (`search.make_decoded_recurrent_fn`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from muzero_jax.config import Config, config_from_dict
 from muzero_jax.envs import Environment
 from muzero_jax.learning import Trainer, make_train
 from muzero_jax.search import (
+    make_decoded_recurrent_fn,
     make_env_recurrent_fn,
     make_env_root_fn,
     make_recurrent_fn,
@@ -40,9 +43,11 @@ from muzero_jax.search import (
 
 __all__ = ["Agent", "AgentOutput", "MODELS", "load_agent"]
 
-MODELS = ("learned", "env")
-"""What an agent's search plans in: MuZero's learned model, or the
-environment's own dynamics (`search.make_env_recurrent_fn`)."""
+MODELS = ("learned", "env", "decoded")
+"""What an agent's search plans in: MuZero's learned model, the environment's
+own dynamics (`search.make_env_recurrent_fn`), or the learned model
+re-grounded in its own decoded observations at every step
+(`search.make_decoded_recurrent_fn`; runs trained with a decoder)."""
 
 
 class AgentOutput(NamedTuple):
@@ -73,8 +78,10 @@ class Agent:
         search function).
       step: the checkpoint step (iteration) the parameters come from.
       model: what the search plans in, one of `MODELS`: "learned" (MuZero's
-        dynamics) or "env" (the environment's step; the networks still give
-        every node's prior and value, from the real observation).
+        dynamics), "env" (the environment's step; the networks still give
+        every node's prior and value, from the real observation) or
+        "decoded" (the dynamics, each next hidden state decoded to an
+        observation, rounded and encoded again).
     """
 
     def __init__(self, config: Config, trainer: Trainer, params: Any, *, step: int = 0,
@@ -92,9 +99,22 @@ class Agent:
             self._recurrent_fn = make_env_recurrent_fn(
                 self.env, trainer.networks, trainer.value_support, discount=config.discount)
         else:
+            if model == "decoded":
+                if trainer.networks.decoder is None:
+                    raise ValueError(
+                        "model='decoded' needs a run trained with a decoder "
+                        "(reconstruction_loss_weight > 0); this run has "
+                        f"reconstruction_loss_weight {config.reconstruction_loss_weight}")
+                if not self.env.binary_observation:
+                    raise ValueError(
+                        f"model='decoded' rounds decoded observations onto 0 and 1, but "
+                        f"{self.env.name!r}'s observations are not binary")
+                make_fn = make_decoded_recurrent_fn
+            else:
+                make_fn = make_recurrent_fn
             root_fn = make_root_fn(trainer.networks, trainer.value_support)
             self._root_fn = lambda params, observation, env_state: root_fn(params, observation)
-            self._recurrent_fn = make_recurrent_fn(
+            self._recurrent_fn = make_fn(
                 trainer.networks, trainer.value_support, trainer.reward_support,
                 discount=config.discount, two_player=self.env.num_players == 2,
             )
@@ -246,9 +266,13 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         (default: the run's for the run's own search, none for another, whose
         signature the run's may not fit).
       model: what the search plans in (`MODELS`): "learned" (MuZero's
-        dynamics, the default) or "env" (the environment's own step, with
+        dynamics, the default), "env" (the environment's own step, with
         the networks' prior and value at every node: AlphaZero's planning,
-        to tell how much the learned model costs).
+        to tell how much the learned model costs) or "decoded" (the learned
+        model re-grounded at every step: each next hidden state decoded to
+        an observation, rounded onto 0/1 and encoded again; needs a run
+        trained with `reconstruction_loss_weight` > 0 and binary
+        observations).
 
     Returns:
       An `Agent` with the parameters of that checkpoint.
@@ -256,8 +280,9 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
     Raises:
       checkpoint.CheckpointError: no checkpoint there, or it is unreadable.
       ValueError: a `search` or `search_kwargs` that does not resolve, parse
-        or fit the search's signature, or an unknown `model` (checked before
-        anything is compiled).
+        or fit the search's signature, an unknown `model`, or "decoded" for a
+        run without a decoder or binary observations (checked before anything
+        is compiled).
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")

@@ -137,7 +137,7 @@ class TrainArgs:
         _check_compile_cache(self.compile_cache)
 
 
-EVAL_MODELS = ("learned", "env")
+EVAL_MODELS = ("learned", "env", "decoded")
 """`eval --model` choices: `muzero_jax.agent.MODELS` (kept here so that
 parsing the command line does not import JAX)."""
 
@@ -169,11 +169,14 @@ class EvalArgs:
       search_kwargs: JSON object of the search's keyword hyper-parameters,
         e.g. '{"dirichlet_fraction": 0}' for puct (None: the run's for its own
         search, none for another).
-      model: what the search plans in: "learned" (MuZero's dynamics) or
+      model: what the search plans in: "learned" (MuZero's dynamics),
         "env" (the environment's own step, with the networks' prior and
         value at every node: AlphaZero's planning, exact for the board
         games; it tells how much of the agent's strength the learned model
-        costs).
+        costs) or "decoded" (the learned model re-grounded at every step:
+        each next hidden state decoded to an observation, rounded onto 0/1
+        and encoded again; runs trained with reconstruction_loss_weight > 0,
+        binary observations).
     """
 
     logdir: str

@@ -31,6 +31,7 @@ __all__ = [
     "BUILTIN_SEARCHES",
     "make_root_fn",
     "make_recurrent_fn",
+    "make_decoded_recurrent_fn",
     "make_env_root_fn",
     "make_env_recurrent_fn",
     "resolve_search",
@@ -133,6 +134,68 @@ def make_recurrent_fn(
         batch = action.shape[0]
         output = mctx.RecurrentFnOutput(
             reward=reward_support.logits_to_scalar(out.reward_logits),
+            discount=jnp.full((batch,), signed_discount, jnp.float32),
+            prior_logits=out.policy_logits,
+            value=value_support.logits_to_scalar(out.value_logits),
+        )
+        return output, out.hidden
+
+    return recurrent_fn
+
+
+def make_decoded_recurrent_fn(
+    networks: Networks,
+    value_support: DiscreteSupport,
+    reward_support: DiscreteSupport,
+    *,
+    discount: float,
+    two_player: bool = False,
+    threshold: float = 0.5,
+) -> mctx.RecurrentFn:
+    """Returns mctx's `recurrent_fn` for the learned model re-grounded in its
+    own decoded observations.
+
+    Each expansion runs the dynamics on the node's hidden state (reward and
+    next hidden state, as in `make_recurrent_fn`), decodes that hidden state
+    to an observation with `networks.decoder` (trained by the reconstruction
+    loss), rounds it onto {0, 1} (`decoded >= threshold`), and encodes the
+    rounded observation again with the representation; the prior and value
+    are the prediction's of that state, which is also the node's embedding.
+    The whole model is still learned (no rule of the game is used), but
+    small errors of the latent dynamics are rounded away at every step
+    instead of compounding, and the prediction heads always read a hidden
+    state of the kind they were trained on (the representation's). It is
+    meant for observations whose elements are 0 or 1 (the pgx board planes,
+    Catch); `load_agent(..., model="decoded")`.
+
+    Args:
+      networks: the networks; `networks.decoder` must exist (a run trained
+        with `reconstruction_loss_weight` > 0).
+      value_support: support of the value head.
+      reward_support: support of the reward head.
+      discount: the environment's discount gamma, in [0, 1].
+      two_player: negate the discount between plies, as in `make_recurrent_fn`.
+      threshold: decoded elements at or above it become 1, the rest 0.
+
+    Raises:
+      ValueError: no decoder, or a discount outside [0, 1].
+    """
+    if networks.decoder is None:
+        raise ValueError("the decoded model needs networks with a decoder (a run trained with "
+                         "reconstruction_loss_weight > 0)")
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {discount!r}")
+    signed_discount = -discount if two_player else discount
+
+    def recurrent_fn(params: Params, rng_key: chex.PRNGKey, action, embedding):
+        del rng_key
+        next_hidden, reward_logits = networks.dynamics(params, embedding, action)
+        decoded = networks.decoder(params, next_hidden)
+        observation = (decoded >= threshold).astype(jnp.float32)
+        out = networks.initial_inference(params, observation)
+        batch = action.shape[0]
+        output = mctx.RecurrentFnOutput(
+            reward=reward_support.logits_to_scalar(reward_logits),
             discount=jnp.full((batch,), signed_discount, jnp.float32),
             prior_logits=out.policy_logits,
             value=value_support.logits_to_scalar(out.value_logits),

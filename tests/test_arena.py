@@ -271,3 +271,64 @@ def test_an_agent_planning_in_the_game_beats_random_with_untrained_networks():
             assert out["tactics"]["agent"]["wins_taken"] == 1.0
             assert out["tactics"]["agent"]["blocks_made"] == 1.0
     assert rates["env"] >= 0.9 and rates["learned"] <= 0.75, rates
+
+
+def test_an_agent_planning_in_its_decoded_model():
+    """`Agent(..., model="decoded")` runs the run's search over
+    `search.make_decoded_recurrent_fn` (the same action, value and policy as
+    that search called by hand with the same key), and is refused, before
+    anything is compiled, for a run with no decoder or observations that are
+    not 0/1."""
+    import dataclasses
+
+    import mctx
+
+    from muzero_jax.agent import Agent
+    from muzero_jax.learning import make_train
+    from muzero_jax.networks import MLPConfig
+    from muzero_jax.presets import preset
+    from muzero_jax.search import make_decoded_recurrent_fn, make_root_fn
+
+    config = dataclasses.replace(
+        preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
+        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
+        reconstruction_loss_weight=1.0,
+        mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)))
+    trainer = make_train(config)
+    # Random weights everywhere (the initialisation zeroes the output layers),
+    # so that values, priors and decoded boards are far from an untrained
+    # network's ~0 and ties.
+    leaves, treedef = jax.tree.flatten(trainer.init(jax.random.key(0)).params)
+    params = jax.tree.unflatten(treedef, [
+        0.5 * jax.random.normal(k, x.shape, x.dtype)
+        for k, x in zip(jax.random.split(jax.random.key(5), len(leaves)), leaves)])
+    agent = Agent(config, trainer, params, model="decoded")
+    state, ts = jax.vmap(agent.env.reset)(jax.random.split(jax.random.key(2), 3))
+    out = agent.search(ts.observation, ts.legal_action_mask, num_simulations=6,
+                       rng=jax.random.key(3))
+    root = make_root_fn(trainer.networks, trainer.value_support)(params, ts.observation)
+    recurrent = make_decoded_recurrent_fn(trainer.networks, trainer.value_support,
+                                          trainer.reward_support, discount=1.0, two_player=True)
+    by_hand = jax.jit(lambda p, r: trainer.search_fn(
+        p, jax.random.key(3), r, recurrent, num_simulations=6,
+        invalid_actions=~ts.legal_action_mask))(params, root)
+    np.testing.assert_allclose(out.value, by_hand.search_tree.node_values[:, mctx.Tree.ROOT_INDEX],
+                               rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(out.policy, by_hand.action_weights, rtol=1e-3, atol=1e-4)
+    learned = Agent(config, trainer, params).search(ts.observation, ts.legal_action_mask,
+                                                    num_simulations=6, rng=jax.random.key(3))
+    assert float(np.abs(out.value).max()) > 0.05
+    assert not np.allclose(learned.value, out.value, atol=1e-3)
+    result = arena.evaluate_against(agent, "random", num_games=2, rng_key=jax.random.key(1),
+                                    num_simulations=4)
+    assert result["as_first"]["win"] + result["as_first"]["draw"] + result["as_first"][
+        "loss"] == pytest.approx(1.0)
+
+    no_decoder = dataclasses.replace(config, reconstruction_loss_weight=0.0)
+    with pytest.raises(ValueError, match="reconstruction_loss_weight > 0"):
+        Agent(no_decoder, make_train(no_decoder), params, model="decoded")
+    cartpole = dataclasses.replace(preset("cartpole"), reconstruction_loss_weight=1.0)
+    cart_trainer = make_train(cartpole)
+    with pytest.raises(ValueError, match="not binary"):
+        Agent(cartpole, cart_trainer, cart_trainer.init(jax.random.key(0)).params,
+              model="decoded")

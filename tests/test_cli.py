@@ -169,7 +169,12 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
         assert message in err and len(err.strip().splitlines()) == 1, err
     assert main(["eval", "--logdir", str(logdir), "--model", "oracle"]) == 2
     err = capsys.readouterr().err
-    assert "--model must be one of learned, env" in err and len(err.strip().splitlines()) == 1
+    assert "--model must be one of learned, env, decoded" in err and len(
+        err.strip().splitlines()) == 1
+    # This run trained no decoder: the decoded model is refused in one line.
+    assert main(["eval", "--logdir", str(logdir), "--model", "decoded"]) == 2
+    err = capsys.readouterr().err
+    assert "reconstruction_loss_weight > 0" in err and len(err.strip().splitlines()) == 1
     assert json.loads((logdir / "eval.json").read_text()) == result
 
     # The same network planning in the environment's own dynamics.

@@ -399,3 +399,85 @@ def test_search_in_the_environment_stops_at_the_end_of_the_game():
     assert float(out3.prior_logits[0, 0]) <= -1e8 and float(out3.prior_logits[1, 0]) == 0.0
     with pytest.raises(ValueError, match="discount"):
         make_env_recurrent_fn(env, _null_networks(7, support.num_bins), support, discount=1.5)
+
+
+def _decoding_networks(support, *, decoder=True):
+    """Stand-in networks over 3-element observations whose every step can be
+    worked out by hand: the representation doubles the observation; the
+    dynamics halves the hidden state, adds 0.6 at the action and subtracts
+    0.05 everywhere; the decoder is the identity; the prior logits are 10x
+    the hidden state and the value logits put all their mass on the bin
+    `sum(hidden) / 2`, so both tell which state the prediction read."""
+    from muzero_jax.networks import NetworkOutput
+
+    def predict(hidden):
+        bins = jnp.arange(support.num_bins)
+        index = jnp.round(hidden.sum(-1) / 2).astype(jnp.int32)
+        value_logits = jnp.where(bins == index[:, None], 0.0, -1e9)
+        return 10.0 * hidden, value_logits
+
+    def dynamics(params, hidden, action):
+        nxt = 0.5 * hidden + 0.6 * jax.nn.one_hot(action, 3) - 0.05
+        return nxt, jnp.zeros((hidden.shape[0], support.num_bins)).at[:, 1].set(5.0)
+
+    def initial_inference(params, observation):
+        hidden = 2.0 * observation
+        policy, value = predict(hidden)
+        return NetworkOutput(hidden=hidden, reward_logits=jnp.zeros((hidden.shape[0], 1)),
+                             policy_logits=policy, value_logits=value)
+
+    def recurrent_inference(params, hidden, action):
+        nxt, reward_logits = dynamics(params, hidden, action)
+        policy, value = predict(nxt)
+        return NetworkOutput(hidden=nxt, reward_logits=reward_logits, policy_logits=policy,
+                             value_logits=value)
+
+    return Networks(init=None, representation=lambda p, o: 2.0 * o, dynamics=dynamics,
+                    prediction=lambda p, h: predict(h), initial_inference=initial_inference,
+                    recurrent_inference=recurrent_inference, num_actions=3,
+                    value_bins=support.num_bins, reward_bins=support.num_bins,
+                    decoder=(lambda p, h: h) if decoder else None)
+
+
+def test_decoded_model_rounds_the_decoded_observation_and_encodes_it_again():
+    """From the hidden state of observation [0, 1, 0] ([0, 2, 0]), the dynamics
+    reaches [0.55, 0.95, -0.05] (action 0), [-0.05, 1.55, -0.05] (1) and
+    [-0.05, 0.95, 0.55] (2); decoded and rounded at 0.5 these are the
+    observations [1, 1, 0], [0, 1, 0] and [0, 1, 1], encoded again as twice
+    them: the node's embedding, prior (10x) and value bin (half the sum)
+    come from that state, the reward and the signed discount from the
+    dynamics as in the plain learned model, which reads the raw state."""
+    from muzero_jax.search import make_decoded_recurrent_fn, make_recurrent_fn
+
+    support = make_support(6)
+    nets = _decoding_networks(support)
+    embedding = jnp.array([[0.0, 2.0, 0.0]] * 3)
+    action = jnp.array([0, 1, 2])
+    decoded = make_decoded_recurrent_fn(nets, support, support, discount=1.0, two_player=True)
+    out, hidden = decoded((), jax.random.key(0), action, embedding)
+    rounded = np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
+    np.testing.assert_allclose(hidden, 2.0 * rounded)
+    np.testing.assert_allclose(out.prior_logits, 20.0 * rounded)
+    bin_values = [float(support.logits_to_scalar(jnp.where(jnp.arange(support.num_bins) == i,
+                                                           0.0, -1e9)[None])[0])
+                  for i in (2, 1, 2)]
+    np.testing.assert_allclose(out.value, bin_values, rtol=1e-4)
+    plain, plain_hidden = make_recurrent_fn(nets, support, support, discount=1.0,
+                                            two_player=True)((), jax.random.key(0), action,
+                                                             embedding)
+    np.testing.assert_allclose(plain_hidden, [[0.55, 0.95, -0.05], [-0.05, 1.55, -0.05],
+                                              [-0.05, 0.95, 0.55]], atol=1e-6)
+    np.testing.assert_allclose(out.reward, plain.reward)
+    assert float(jnp.abs(out.reward).max()) > 0.1  # a reward that tells them apart
+    np.testing.assert_allclose(out.discount, [-1.0] * 3)
+    assert not np.allclose(out.prior_logits, plain.prior_logits)
+    # A higher threshold rounds 0.55 down too.
+    high = make_decoded_recurrent_fn(nets, support, support, discount=0.9, threshold=0.6)
+    out, hidden = high((), jax.random.key(0), action, embedding)
+    np.testing.assert_allclose(hidden, [[0.0, 2.0, 0.0]] * 3)
+    np.testing.assert_allclose(out.discount, [0.9] * 3)
+    with pytest.raises(ValueError, match="reconstruction_loss_weight"):
+        make_decoded_recurrent_fn(_decoding_networks(support, decoder=False), support, support,
+                                  discount=1.0)
+    with pytest.raises(ValueError, match="discount"):
+        make_decoded_recurrent_fn(nets, support, support, discount=-0.5)

@@ -78,6 +78,9 @@ class Environment:
       reward_range: `(min, max)` of a single reward, for support sizing.
       symmetries: the game's board symmetries (`muzero_jax.symmetries`), for
         `Config.augment_symmetries`; None when it has none to offer.
+      binary_observation: every element of every observation is 0 or 1 (board
+        planes, Catch's grid), so a decoded observation can be rounded back
+        onto the observations' own values (`search.make_decoded_recurrent_fn`).
     """
 
     name: str
@@ -89,6 +92,7 @@ class Environment:
     step: StepFn
     reward_range: tuple[float, float] = (-1.0, 1.0)
     symmetries: Symmetries | None = None
+    binary_observation: bool = False
 
 
 def make_timestep(

@@ -102,4 +102,5 @@ def make_catch(rows: int = 10, columns: int = 5) -> Environment:
         reset=wrap_reset(reset),
         step=auto_reset(reset, step),
         reward_range=(-1.0, 1.0),
+        binary_observation=True,
     )

@@ -158,6 +158,7 @@ def make_pgx(game: str, *, min_plies_before_pass: int = 0,
         reset=wrap_reset(reset),
         step=auto_reset(reset, step),
         reward_range=(-1.0, 1.0),
+        binary_observation=True,
         symmetries=game_symmetries(game, tuple(env.observation_shape)),
     )
 
