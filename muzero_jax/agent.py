@@ -81,11 +81,14 @@ class Agent:
         dynamics), "env" (the environment's step; the networks still give
         every node's prior and value, from the real observation) or
         "decoded" (the dynamics, each next hidden state decoded to an
-        observation, rounded and encoded again).
+        observation, rounded and encoded again). Default (`model=None`): the
+        run's `config.search_model`, what it trained with.
     """
 
     def __init__(self, config: Config, trainer: Trainer, params: Any, *, step: int = 0,
-                 model: str = "learned"):
+                 model: str | None = None):
+        if model is None:
+            model = config.search_model
         if model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
         self.config = config
@@ -251,7 +254,7 @@ def _make_episodes(env: Environment, search_batch, num_episodes: int, steps: int
 
 def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = None,
                search: str | None = None, search_kwargs: str | None = None,
-               model: str = "learned") -> Agent:
+               model: str | None = None) -> Agent:
     """Loads a trained agent from a run directory or a checkpoint directory.
 
     Args:
@@ -265,8 +268,9 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
       search_kwargs: JSON object of that search's keyword hyper-parameters
         (default: the run's for the run's own search, none for another, whose
         signature the run's may not fit).
-      model: what the search plans in (`MODELS`): "learned" (MuZero's
-        dynamics, the default), "env" (the environment's own step, with
+      model: what the search plans in (`MODELS`; default: the run's
+        `search_model`, "learned" unless it trained otherwise): "learned" (MuZero's
+        dynamics), "env" (the environment's own step, with
         the networks' prior and value at every node: AlphaZero's planning,
         to tell how much the learned model costs) or "decoded" (the learned
         model re-grounded at every step: each next hidden state decoded to
@@ -284,7 +288,7 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         run without a decoder or binary observations (checked before anything
         is compiled).
     """
-    if model not in MODELS:
+    if model is not None and model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     directory, given_step = find_checkpoint_dir(logdir_or_checkpoint)
     checkpointer = Checkpointer(directory, create=False)

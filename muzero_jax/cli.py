@@ -176,7 +176,8 @@ class EvalArgs:
         costs) or "decoded" (the learned model re-grounded at every step:
         each next hidden state decoded to an observation, rounded onto 0/1
         and encoded again; runs trained with reconstruction_loss_weight > 0,
-        binary observations).
+        binary observations). Default: the run's search_model ("learned"
+        unless it trained with "decoded").
     """
 
     logdir: str
@@ -189,10 +190,10 @@ class EvalArgs:
     compile_cache: str = "auto"
     search: str | None = None
     search_kwargs: str | None = None
-    model: str = "learned"
+    model: str | None = None
 
     def __post_init__(self):
-        if self.model not in EVAL_MODELS:
+        if self.model is not None and self.model not in EVAL_MODELS:
             raise ValueError(
                 f"--model must be one of {', '.join(EVAL_MODELS)}, got {self.model!r}")
         if self.tactics and self.opponent is None:

@@ -169,6 +169,16 @@ class Config:
       search: a built-in search name ("gumbel_muzero", "muzero", "puct",
         "muzero_paper") or "package.module:attr".
       search_kwargs: JSON object of keyword hyper-parameters for the search.
+      search_model: what the search plans in, in self-play and evaluation:
+        "learned" (MuZero's dynamics, the default) or "decoded" (the same
+        learned model re-grounded at every step: the dynamics' next hidden
+        state is decoded to an observation, rounded onto 0/1 and encoded
+        again by the representation, `search.make_decoded_recurrent_fn`).
+        "decoded" needs the decoder (`reconstruction_loss_weight` or
+        `action_reconstruction_loss_weight` > 0) and an environment whose
+        observations are 0/1 (`Environment.binary_observation`: the pgx
+        games, Catch). Beyond the paper; it costs a decoder and a
+        representation call per simulation.
       num_simulations: simulations per search when acting.
       act_with_search_action: act with the search's own chosen action (its
         own exploration; what Gumbel MuZero prescribes) instead of sampling
@@ -244,6 +254,7 @@ class Config:
     target_ema: float = 0.0
     search: str = "gumbel_muzero"
     search_kwargs: str = "{}"
+    search_model: Literal["learned", "decoded"] = "learned"
     num_simulations: int = 16
     act_with_search_action: bool = True
     temperature_schedule: tuple[tuple[float, float], ...] = ((0.5, 1.0), (0.75, 0.5), (1.0, 0.25))
@@ -303,6 +314,14 @@ class Config:
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(
                 f"compute_dtype must be 'float32' or 'bfloat16', got {self.compute_dtype!r}")
+        if self.search_model not in ("learned", "decoded"):
+            raise ValueError(
+                f"search_model must be 'learned' or 'decoded', got {self.search_model!r}")
+        if self.search_model == "decoded" and not (self.reconstruction_loss_weight > 0
+                                                   or self.action_reconstruction_loss_weight > 0):
+            raise ValueError(
+                "search_model='decoded' needs the decoder: set reconstruction_loss_weight > 0 "
+                "(or action_reconstruction_loss_weight > 0)")
         if self.value_target not in ("target_network", "search"):
             raise ValueError(
                 f"value_target must be 'target_network' or 'search', got {self.value_target!r}"

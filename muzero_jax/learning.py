@@ -46,6 +46,7 @@ from muzero_jax.replay import ReplayState, Trajectory, make_replay_buffer
 from muzero_jax.search import (
     BUILTIN_SEARCHES,
     check_search_fn,
+    make_decoded_recurrent_fn,
     make_recurrent_fn,
     make_root_fn,
     resolve_search,
@@ -513,7 +514,15 @@ def make_train(
     def predict_observations(params, observation):
         out = networks.initial_inference(params, observation)
         return value_support.logits_to_scalar(out.value_logits), out.policy_logits
-    recurrent_fn = make_recurrent_fn(
+    if config.search_model == "decoded":
+        if not env.binary_observation:
+            raise ValueError(
+                f"search_model='decoded' rounds decoded observations onto 0 and 1, but "
+                f"{env.name!r}'s observations are not binary")
+        make_model = make_decoded_recurrent_fn
+    else:
+        make_model = make_recurrent_fn
+    recurrent_fn = make_model(
         networks, value_support, reward_support, discount=config.discount, two_player=two_player
     )
     # A built-in search without search_kwargs is known to fit; anything else

@@ -33,6 +33,8 @@ def test_defaults_and_derived_values():
         ("temperature_schedule", ((0.5, 1.0), (0.2, 0.5)), "increasing"),
         ("network", "transformer", "network must be"),
         ("num_envs", 2.5, "must be an integer"),
+        ("search_model", "oracle", "search_model must be 'learned' or 'decoded'"),
+        ("search_model", "decoded", "needs the decoder: set reconstruction_loss_weight"),
     ],
 )
 def test_bad_values(field, value, message):

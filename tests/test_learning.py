@@ -160,6 +160,49 @@ def test_catch_learns(compute_dtype):
     assert _prior_policy_return(result.trainer, params) > 0.0
 
 
+def test_catch_learns_planning_in_its_decoded_model():
+    """`search_model="decoded"`: self-play and evaluation search the learned
+    model re-grounded in its decoded observations; Catch still learns, the
+    trainer's evaluation is that search (on random weights, the same returns
+    as an evaluation built by hand over `make_decoded_recurrent_fn`, not those
+    of the plain learned model), an `Agent` defaults to it, and an
+    environment without 0/1 observations is refused before compiling."""
+    import dataclasses
+
+    from muzero_jax.agent import Agent
+    from muzero_jax.learning import make_evaluate
+    from muzero_jax.search import make_decoded_recurrent_fn, make_root_fn
+
+    config = preset("catch", seed=0, reconstruction_loss_weight=1.0, search_model="decoded",
+                    **LEARN)
+    result = train(config)
+    params = result.state.params
+    returns = np.asarray(result.trainer.evaluate(params, jax.random.key(123)))
+    assert float(returns.mean()) > 0.0, returns.mean()
+    # The trainer's evaluation reads the decoder (the plain model's does not):
+    # with the decoder's output pinned to an empty board, its returns change,
+    # and they equal an evaluation built by hand over make_decoded_recurrent_fn.
+    trainer = result.trainer
+    assert Agent(config, trainer, params).model == "decoded"
+    blind = {**params, "decoder_out": {**params["decoder_out"],
+                                       "b": jnp.full_like(params["decoder_out"]["b"], -10.0)}}
+    by_hand = make_evaluate(
+        trainer.env, make_root_fn(trainer.networks, trainer.value_support),
+        make_decoded_recurrent_fn(trainer.networks, trainer.value_support,
+                                  trainer.reward_support, discount=config.discount),
+        trainer.search_fn, num_simulations=config.num_simulations,
+        num_episodes=config.eval_episodes)
+    plain = make_train(dataclasses.replace(config, search_model="learned"))
+    key = jax.random.key(5)
+    by_trainer = np.asarray(trainer.evaluate(blind, key))
+    np.testing.assert_array_equal(np.asarray(by_hand(blind, key)), by_trainer)
+    assert by_trainer.mean() < np.asarray(trainer.evaluate(params, key)).mean()
+    np.testing.assert_array_equal(np.asarray(plain.evaluate(blind, key)),
+                                  np.asarray(plain.evaluate(params, key)))
+    with pytest.raises(ValueError, match="not binary"):
+        make_train(preset("cartpole", reconstruction_loss_weight=1.0, search_model="decoded"))
+
+
 def test_train_compiles_iteration_and_evaluation_once(caplog):
     # train() compiles the iteration and the evaluation in background threads
     # from the state's shapes while init runs; the first calls must find those
