@@ -441,6 +441,74 @@ def model_drift(networks, params, value_support, positions, *, depth: int = 3,
     return out
 
 
+def decoder_report(networks, params, value_support, positions, *, depth: int = 3,
+                   rng_key=None) -> dict:
+    """How well a run's decoder keeps the board, and what re-grounding buys.
+
+    From each of the tactics positions, `depth` uniformly random legal moves
+    are played on the real game and in two models: the learned model (the
+    dynamics from the represented position, as `model_drift`) and the
+    decoded model (`search.make_decoded_recurrent_fn`: after each move the
+    next hidden state is decoded, rounded onto 0/1 and encoded again). After
+    each move k (and at k = 0, the representation itself) the decoded board
+    of each is compared with the real one, cell by cell, and the decoded
+    model's value with the value of the real position's representation.
+    Positions whose game has ended are left out.
+
+    Returns:
+      `board_exact_{latent,decoded}_k` (share of positions whose rounded
+      decoded board is exactly the real one; k = 0..depth),
+      `decoded_value_gap_k` and `decoded_value_corr_k` (k = 1..depth, as
+      `model_drift`'s for the learned model).
+    """
+    from muzero_jax.envs.pgx import pgx_game
+
+    game = pgx_game("connect_four")
+    if rng_key is None:
+        rng_key = jax.random.key(30_000)  # the same moves as model_drift's
+
+    def value(hidden):
+        return value_support.logits_to_scalar(networks.prediction(params, hidden)[1])
+
+    def exact(hidden, real):
+        board = networks.decoder(params, hidden) >= 0.5
+        return jnp.all((board == (real > 0.5)).reshape(real.shape[0], -1), axis=-1)
+
+    @jax.jit
+    def run(observation, games, key):
+        latent = regrounded = networks.representation(params, observation)
+        alive = jnp.ones(observation.shape[:1], bool)
+        rows = [(exact(latent, observation), exact(latent, observation), None, None, alive)]
+        for k in jax.random.split(key, depth):
+            keys = jax.random.split(k, observation.shape[0])
+            move = jax.vmap(lambda kk, m: jax.random.categorical(
+                kk, jnp.where(m, 0.0, -jnp.inf)))(keys, games.legal_action_mask)
+            move = move.astype(jnp.int32)
+            latent, _ = networks.dynamics(params, latent, move)
+            nxt, _ = networks.dynamics(params, regrounded, move)
+            decoded = (networks.decoder(params, nxt) >= 0.5).astype(jnp.float32)
+            regrounded = networks.representation(params, decoded)
+            games = jax.vmap(game.step)(games, move)
+            alive = alive & ~games.terminated & ~games.truncated
+            real_obs = games.observation.astype(jnp.float32)
+            real = value(networks.representation(params, real_obs))
+            rows.append((exact(latent, real_obs), exact(nxt, real_obs), value(regrounded), real,
+                         alive))
+        return rows
+
+    out = {}
+    for k, (latent_ok, decoded_ok, model, real, alive) in enumerate(
+            run(positions.observation, positions.game, rng_key)):
+        alive = np.asarray(alive)
+        out[f"board_exact_latent_{k}"] = float(np.asarray(latent_ok)[alive].mean())
+        out[f"board_exact_decoded_{k}"] = float(np.asarray(decoded_ok)[alive].mean())
+        if k:
+            model, real = np.asarray(model)[alive], np.asarray(real)[alive]
+            out[f"decoded_value_gap_{k}"] = float(np.abs(model - real).mean())
+            out[f"decoded_value_corr_{k}"] = float(np.corrcoef(model, real)[0, 1])
+    return out
+
+
 def self_play_knowledge(networks, params, reward_support, data, max_rows: int = 4096) -> dict:
     """`reward_picks_win` on the run's own self-play positions.
 
@@ -499,6 +567,9 @@ def model_report(logdir: str) -> dict:
     row = {"run": logdir, "step": step, **model_knowledge(
         *args, positions, value_support=trainer.value_support),
         **model_drift(trainer.networks, restored.params, trainer.value_support, positions)}
+    if trainer.networks.decoder is not None:
+        row.update(decoder_report(trainer.networks, restored.params, trainer.value_support,
+                                  positions))
     if labelled:
         row.update(self_play_knowledge(*args, restored.state.replay.data))
     print(json.dumps(row))

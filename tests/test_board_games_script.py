@@ -148,6 +148,49 @@ def test_model_drift_is_zero_for_a_model_that_tracks_the_game_and_k_over_42_for_
         assert frozen[f"value_rows_{k}"] == exact[f"value_rows_{k}"]
 
 
+def test_decoder_report_rounds_away_errors_that_the_latent_chain_accumulates():
+    """A stand-in model whose hidden state is the board itself and whose
+    dynamics drops the stone exactly as Connect Four does, then adds 0.3 to
+    every cell: decoded (the identity) and rounded after one move the board
+    is still right, after two the latent chain's empty cells reach 0.6 and it
+    is wrong everywhere, while the decoded model, rounded at every step,
+    stays exact, and so does its value (the share of filled cells)."""
+    import types
+
+    import jax.numpy as jnp
+
+    from experiments.board_games import decoder_report
+    from muzero_jax.arena import tactical_positions
+    from muzero_jax.value_transforms import make_support
+
+    positions = tactical_positions("connect_four", 64, jax.random.key(4))
+    support = make_support(3)
+
+    def dynamics(params, board, action):
+        clean = (board >= 0.5).astype(jnp.float32)
+        in_column = jnp.take_along_axis(clean.sum(-1), action[:, None, None], axis=2)[..., 0]
+        row = 5 - jnp.sum(in_column, axis=1).astype(jnp.int32)  # row 5 is the bottom
+        cell = jax.nn.one_hot(row, 6)[:, :, None] * jax.nn.one_hot(action, 7)[:, None, :]
+        # The mover's stones (plane 0) gain the cell; the planes swap for the next mover.
+        after = jnp.stack([clean[..., 1], clean[..., 0] + cell], axis=-1)
+        return after + (board - clean) + 0.3, None  # errors so far, and 0.3 more
+
+    def prediction(params, board):
+        filled = (board >= 0.5).sum(axis=(1, 2, 3)) / 42.0
+        return None, jnp.log(support.scalar_to_probs(filled) + 1e-9)
+
+    networks = types.SimpleNamespace(
+        num_actions=7, representation=lambda params, obs: obs, dynamics=dynamics,
+        prediction=prediction, decoder=lambda params, hidden: hidden)
+    out = decoder_report(networks, None, support, positions)
+    assert out["board_exact_latent_0"] == out["board_exact_decoded_0"] == 1.0
+    assert out["board_exact_latent_1"] == 1.0
+    assert out["board_exact_latent_2"] == out["board_exact_latent_3"] == 0.0
+    for k in (1, 2, 3):
+        assert out[f"board_exact_decoded_{k}"] == 1.0
+        assert out[f"decoded_value_gap_{k}"] < 1e-3 and out[f"decoded_value_corr_{k}"] > 0.999
+
+
 def test_eval_and_print_every_seconds_follow_the_training_clock(monkeypatch, capsys):
     """With `eval_every_seconds`, evaluations come each time the training wall
     time passes another multiple of it (and once at the end), whatever the
