@@ -34,6 +34,7 @@ from muzero_jax.config import Config, config_from_dict
 from muzero_jax.envs import Environment
 from muzero_jax.learning import Trainer, make_train
 from muzero_jax.search import (
+    check_decoded_model,
     make_decoded_recurrent_fn,
     make_env_recurrent_fn,
     make_env_root_fn,
@@ -103,15 +104,8 @@ class Agent:
                 self.env, trainer.networks, trainer.value_support, discount=config.discount)
         else:
             if model == "decoded":
-                if trainer.networks.decoder is None:
-                    raise ValueError(
-                        "model='decoded' needs a run trained with a decoder "
-                        "(reconstruction_loss_weight > 0); this run has "
-                        f"reconstruction_loss_weight {config.reconstruction_loss_weight}")
-                if not self.env.binary_observation:
-                    raise ValueError(
-                        f"model='decoded' rounds decoded observations onto 0 and 1, but "
-                        f"{self.env.name!r}'s observations are not binary")
+                check_decoded_model(trainer.networks, self.env,
+                                    config.reconstruction_loss_weight)
                 make_fn = make_decoded_recurrent_fn
             else:
                 make_fn = make_recurrent_fn

@@ -45,6 +45,7 @@ from muzero_jax.networks import Networks, make_networks
 from muzero_jax.replay import ReplayState, Trajectory, make_replay_buffer
 from muzero_jax.search import (
     BUILTIN_SEARCHES,
+    check_decoded_model,
     check_search_fn,
     make_decoded_recurrent_fn,
     make_recurrent_fn,
@@ -515,10 +516,7 @@ def make_train(
         out = networks.initial_inference(params, observation)
         return value_support.logits_to_scalar(out.value_logits), out.policy_logits
     if config.search_model == "decoded":
-        if not env.binary_observation:
-            raise ValueError(
-                f"search_model='decoded' rounds decoded observations onto 0 and 1, but "
-                f"{env.name!r}'s observations are not binary")
+        check_decoded_model(networks, env, config.reconstruction_loss_weight)
         make_model = make_decoded_recurrent_fn
     else:
         make_model = make_recurrent_fn

@@ -32,6 +32,7 @@ __all__ = [
     "make_root_fn",
     "make_recurrent_fn",
     "make_decoded_recurrent_fn",
+    "check_decoded_model",
     "make_env_root_fn",
     "make_env_recurrent_fn",
     "resolve_search",
@@ -203,6 +204,20 @@ def make_decoded_recurrent_fn(
         return output, out.hidden
 
     return recurrent_fn
+
+
+def check_decoded_model(networks: Networks, env: Any, reconstruction_loss_weight: float) -> None:
+    """Raises one clear `ValueError` where the decoded model cannot be used:
+    `networks` without a decoder (a run trained with no reconstruction loss),
+    or an `env` whose observations are not 0/1 (`binary_observation`)."""
+    if networks.decoder is None:
+        raise ValueError(
+            "the decoded model needs a run trained with a decoder (reconstruction_loss_weight "
+            f"> 0); this one has reconstruction_loss_weight {reconstruction_loss_weight}")
+    if not getattr(env, "binary_observation", False):
+        raise ValueError(
+            f"the decoded model rounds decoded observations onto 0 and 1, but "
+            f"{env.name!r}'s observations are not binary")
 
 
 def make_env_root_fn(networks: Networks, value_support: DiscreteSupport):
