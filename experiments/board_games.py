@@ -387,6 +387,16 @@ def model_knowledge(networks, params, reward_support, positions, value_support=N
     return out
 
 
+_RANDOM_MOVES_SEED = 30_000  # model_drift and decoder_report play the same random moves
+
+
+def _random_legal_moves(rng_key, legal_action_mask):
+    """One uniformly random legal move per row of `legal_action_mask` [B, A] (int32)."""
+    keys = jax.random.split(rng_key, legal_action_mask.shape[0])
+    return jax.vmap(lambda k, m: jax.random.categorical(k, jnp.where(m, 0.0, -jnp.inf)))(
+        keys, legal_action_mask).astype(jnp.int32)
+
+
 def model_drift(networks, params, value_support, positions, *, depth: int = 3,
                 rng_key=None) -> dict:
     """How far the learned model's values drift from the real game's.
@@ -409,7 +419,7 @@ def model_drift(networks, params, value_support, positions, *, depth: int = 3,
 
     game = pgx_game("connect_four")
     if rng_key is None:
-        rng_key = jax.random.key(30_000)
+        rng_key = jax.random.key(_RANDOM_MOVES_SEED)
 
     @jax.jit
     def run(observation, games, key):
@@ -417,11 +427,9 @@ def model_drift(networks, params, value_support, positions, *, depth: int = 3,
         alive = jnp.ones(observation.shape[:1], bool)
         rows = []
         for k in jax.random.split(key, depth):
-            keys = jax.random.split(k, observation.shape[0])
-            move = jax.vmap(lambda kk, m: jax.random.categorical(
-                kk, jnp.where(m, 0.0, -jnp.inf)))(keys, games.legal_action_mask)
-            hidden, _ = networks.dynamics(params, hidden, move.astype(jnp.int32))
-            games = jax.vmap(game.step)(games, move.astype(jnp.int32))
+            move = _random_legal_moves(k, games.legal_action_mask)
+            hidden, _ = networks.dynamics(params, hidden, move)
+            games = jax.vmap(game.step)(games, move)
             alive = alive & ~games.terminated & ~games.truncated
             model = value_support.logits_to_scalar(networks.prediction(params, hidden)[1])
             real_hidden = networks.representation(params, games.observation.astype(jnp.float32))
@@ -465,7 +473,7 @@ def decoder_report(networks, params, value_support, positions, *, depth: int = 3
 
     game = pgx_game("connect_four")
     if rng_key is None:
-        rng_key = jax.random.key(30_000)  # the same moves as model_drift's
+        rng_key = jax.random.key(_RANDOM_MOVES_SEED)
 
     def value(hidden):
         return value_support.logits_to_scalar(networks.prediction(params, hidden)[1])
@@ -480,10 +488,7 @@ def decoder_report(networks, params, value_support, positions, *, depth: int = 3
         alive = jnp.ones(observation.shape[:1], bool)
         rows = [(exact(latent, observation), exact(latent, observation), None, None, alive)]
         for k in jax.random.split(key, depth):
-            keys = jax.random.split(k, observation.shape[0])
-            move = jax.vmap(lambda kk, m: jax.random.categorical(
-                kk, jnp.where(m, 0.0, -jnp.inf)))(keys, games.legal_action_mask)
-            move = move.astype(jnp.int32)
+            move = _random_legal_moves(k, games.legal_action_mask)
             latent, _ = networks.dynamics(params, latent, move)
             nxt, _ = networks.dynamics(params, regrounded, move)
             decoded = (networks.decoder(params, nxt) >= 0.5).astype(jnp.float32)

@@ -103,6 +103,25 @@ def make_root_fn(networks: Networks, value_support: DiscreteSupport) -> RootFn:
     return root_fn
 
 
+def _signed_discount(discount: float, two_player: bool) -> float:
+    """Checks gamma and gives mctx's per-ply discount (negated when players alternate)."""
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {discount!r}")
+    return -discount if two_player else discount
+
+
+def _model_step_output(reward_logits, policy_logits, value_logits, *, signed_discount: float,
+                       value_support: DiscreteSupport,
+                       reward_support: DiscreteSupport) -> mctx.RecurrentFnOutput:
+    """One expansion of a learned model: its reward, the per-ply discount, prior and value."""
+    return mctx.RecurrentFnOutput(
+        reward=reward_support.logits_to_scalar(reward_logits),
+        discount=jnp.full(reward_logits.shape[:1], signed_discount, jnp.float32),
+        prior_logits=policy_logits,
+        value=value_support.logits_to_scalar(value_logits),
+    )
+
+
 def make_recurrent_fn(
     networks: Networks,
     value_support: DiscreteSupport,
@@ -125,20 +144,14 @@ def make_recurrent_fn(
     Returns:
       A recurrent function returning `(mctx.RecurrentFnOutput, next_embedding)`.
     """
-    if not 0.0 <= discount <= 1.0:
-        raise ValueError(f"discount must be in [0, 1], got {discount!r}")
-    signed_discount = -discount if two_player else discount
+    signed_discount = _signed_discount(discount, two_player)
 
     def recurrent_fn(params: Params, rng_key: chex.PRNGKey, action, embedding):
         del rng_key
         out = networks.recurrent_inference(params, embedding, action)
-        batch = action.shape[0]
-        output = mctx.RecurrentFnOutput(
-            reward=reward_support.logits_to_scalar(out.reward_logits),
-            discount=jnp.full((batch,), signed_discount, jnp.float32),
-            prior_logits=out.policy_logits,
-            value=value_support.logits_to_scalar(out.value_logits),
-        )
+        output = _model_step_output(out.reward_logits, out.policy_logits, out.value_logits,
+                                    signed_discount=signed_discount,
+                                    value_support=value_support, reward_support=reward_support)
         return output, out.hidden
 
     return recurrent_fn
@@ -184,9 +197,7 @@ def make_decoded_recurrent_fn(
     if networks.decoder is None:
         raise ValueError("the decoded model needs networks with a decoder (a run trained with "
                          "reconstruction_loss_weight > 0)")
-    if not 0.0 <= discount <= 1.0:
-        raise ValueError(f"discount must be in [0, 1], got {discount!r}")
-    signed_discount = -discount if two_player else discount
+    signed_discount = _signed_discount(discount, two_player)
 
     def recurrent_fn(params: Params, rng_key: chex.PRNGKey, action, embedding):
         del rng_key
@@ -194,13 +205,9 @@ def make_decoded_recurrent_fn(
         decoded = networks.decoder(params, next_hidden)
         observation = (decoded >= threshold).astype(jnp.float32)
         out = networks.initial_inference(params, observation)
-        batch = action.shape[0]
-        output = mctx.RecurrentFnOutput(
-            reward=reward_support.logits_to_scalar(reward_logits),
-            discount=jnp.full((batch,), signed_discount, jnp.float32),
-            prior_logits=out.policy_logits,
-            value=value_support.logits_to_scalar(out.value_logits),
-        )
+        output = _model_step_output(reward_logits, out.policy_logits, out.value_logits,
+                                    signed_discount=signed_discount,
+                                    value_support=value_support, reward_support=reward_support)
         return output, out.hidden
 
     return recurrent_fn
@@ -268,9 +275,7 @@ def make_env_recurrent_fn(
       discount: the environment's discount gamma, in [0, 1]; negated between
         plies in two-player games, as in `make_recurrent_fn`.
     """
-    if not 0.0 <= discount <= 1.0:
-        raise ValueError(f"discount must be in [0, 1], got {discount!r}")
-    signed_discount = -discount if env.num_players == 2 else discount
+    signed_discount = _signed_discount(discount, env.num_players == 2)
     batched_step = jax.vmap(env.step)
 
     def recurrent_fn(params: Params, rng_key: chex.PRNGKey, action, embedding):
