@@ -42,13 +42,20 @@ from muzero_jax.search import (
     make_root_fn,
 )
 
-__all__ = ["Agent", "AgentOutput", "MODELS", "load_agent"]
+__all__ = ["Agent", "AgentOutput", "MODELS", "WEIGHTS", "load_agent"]
 
 MODELS = ("learned", "env", "decoded")
 """What an agent's search plans in: MuZero's learned model, the environment's
 own dynamics (`search.make_env_recurrent_fn`), or the learned model
 re-grounded in its own decoded observations at every step
 (`search.make_decoded_recurrent_fn`; runs trained with a decoder)."""
+
+
+WEIGHTS = ("online", "target")
+"""Which of a checkpoint's parameters `load_agent` reads: the online network's
+(trained by the optimiser) or the target network's (an exponential moving
+average of the online weights when the run trained with `target_ema` > 0,
+else a copy refreshed every `target_update_period` updates)."""
 
 
 class AgentOutput(NamedTuple):
@@ -248,7 +255,7 @@ def _make_episodes(env: Environment, search_batch, num_episodes: int, steps: int
 
 def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = None,
                search: str | None = None, search_kwargs: str | None = None,
-               model: str | None = None) -> Agent:
+               model: str | None = None, weights: str = "online") -> Agent:
     """Loads a trained agent from a run directory or a checkpoint directory.
 
     Args:
@@ -271,6 +278,10 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         an observation, rounded onto 0/1 and encoded again; needs a run
         trained with `reconstruction_loss_weight` > 0 and binary
         observations).
+      weights: which parameters (`WEIGHTS`): "online" (default) or "target",
+        the target network's: with `target_ema` > 0 in training, the
+        exponential moving average of the online weights (Polyak averaging),
+        which smooths the last updates' noise.
 
     Returns:
       An `Agent` with the parameters of that checkpoint.
@@ -278,12 +289,14 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
     Raises:
       checkpoint.CheckpointError: no checkpoint there, or it is unreadable.
       ValueError: a `search` or `search_kwargs` that does not resolve, parse
-        or fit the search's signature, an unknown `model`, or "decoded" for a
-        run without a decoder or binary observations (checked before anything
-        is compiled).
+        or fit the search's signature, an unknown `model` or `weights`, or
+        "decoded" for a run without a decoder or binary observations (checked
+        before anything is compiled).
     """
     if model is not None and model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     directory, given_step = find_checkpoint_dir(logdir_or_checkpoint)
     checkpointer = Checkpointer(directory, create=False)
     try:
@@ -298,7 +311,9 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         trainer = make_train(config)  # checks the search before anything is read
         # The parameters are checked against the run's own config.
         run_trainer = trainer if config == run_config else make_train(run_config)
-        restored = checkpointer.restore(run_trainer, step, params_only=True)
+        restored = checkpointer.restore(
+            run_trainer, step, params_only=True,
+            params_item="params" if weights == "online" else "target_params")
     finally:
         checkpointer.close()
     return Agent(config, trainer, restored.params, step=step, model=model)

@@ -203,14 +203,27 @@ class Checkpointer:
         return meta, step
 
     def restore(self, trainer: Trainer, step: int | None = None, *,
-                params_only: bool = False) -> Restored:
+                params_only: bool = False, params_item: str = "params") -> Restored:
         """Restores step `step` (default: the latest) against `trainer`'s shapes.
+
+        Args:
+          trainer: the `Trainer` whose state shapes the restore.
+          step: the checkpoint step (default: the latest).
+          params_only: read only one set of parameters (no state).
+          params_item: with `params_only`, which: "params" (the online
+            network's) or "target_params" (the target network's; an
+            exponential moving average of the online weights when the run
+            trained with `target_ema` > 0).
 
         Raises:
           CheckpointError: no checkpoint, unreadable files, a config that
             differs from `trainer.config`, or arrays whose shapes or dtypes do
             not match.
+          ValueError: a `params_item` other than those two.
         """
+        if params_item not in ("params", "target_params"):
+            raise ValueError(f"params_item must be 'params' or 'target_params', "
+                             f"got {params_item!r}")
         ocp = _ocp()
         meta, step = self.read_meta(step)
         saved = _with_defaults(meta["config"])
@@ -223,7 +236,7 @@ class Checkpointer:
                 f"({details})"
             )
         target = abstract_state(trainer)
-        names = ("params",) if params_only else _STATE_ITEMS
+        names = (params_item,) if params_only else _STATE_ITEMS
         # Optional fields added since the checkpoint was written (None in
         # this version's state, absent on disk) are left out of the restore
         # and put back as None.
@@ -241,7 +254,7 @@ class Checkpointer:
         for f in names:
             _check_like(restored[f], getattr(target, f), f, self._step_dir(step))
         if params_only:
-            return Restored(state=None, params=restored["params"], meta=meta, step=step)
+            return Restored(state=None, params=restored[params_item], meta=meta, step=step)
         like = jax.eval_shape(trainer.init, jax.random.key(0))
         state = TrainState(**{f: _rewrap_keys(restored[f], getattr(like, f))
                               for f in _STATE_ITEMS})

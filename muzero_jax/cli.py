@@ -141,6 +141,9 @@ EVAL_MODELS = ("learned", "env", "decoded")
 """`eval --model` choices: `muzero_jax.agent.MODELS` (kept here so that
 parsing the command line does not import JAX)."""
 
+EVAL_WEIGHTS = ("online", "target")
+"""`eval --weights` choices: `muzero_jax.agent.WEIGHTS` (likewise)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class EvalArgs:
@@ -178,6 +181,10 @@ class EvalArgs:
         and encoded again; runs trained with reconstruction_loss_weight > 0,
         binary observations). Default: the run's search_model ("learned"
         unless it trained with "decoded").
+      weights: which parameters of the checkpoint: "online" (the optimiser's)
+        or "target" (the target network's: an exponential moving average of
+        the online weights when the run trained with --target-ema > 0, else
+        a copy refreshed every --target-update-period updates).
     """
 
     logdir: str
@@ -191,11 +198,15 @@ class EvalArgs:
     search: str | None = None
     search_kwargs: str | None = None
     model: str | None = None
+    weights: str = "online"
 
     def __post_init__(self):
         if self.model is not None and self.model not in EVAL_MODELS:
             raise ValueError(
                 f"--model must be one of {', '.join(EVAL_MODELS)}, got {self.model!r}")
+        if self.weights not in EVAL_WEIGHTS:
+            raise ValueError(
+                f"--weights must be one of {', '.join(EVAL_WEIGHTS)}, got {self.weights!r}")
         if self.tactics and self.opponent is None:
             raise ValueError("--tactics needs --opponent (it labels the moves of matches)")
         if self.episodes < 1:
@@ -479,7 +490,8 @@ def _eval(argv: list[str]) -> int:
         evaluate_against = arena.evaluate_against
     try:
         agent = load_agent(args.logdir, step=args.step, search=args.search,
-                           search_kwargs=args.search_kwargs, model=args.model)
+                           search_kwargs=args.search_kwargs, model=args.model,
+                           weights=args.weights)
     except (CheckpointError, ValueError, TypeError) as e:  # ValueError: --search(-kwargs)
         raise UsageError(f"{_PROG} eval: {e}") from None
     out_dir = args.logdir if os.path.isfile(os.path.join(args.logdir, "config.json")) else None
@@ -487,7 +499,7 @@ def _eval(argv: list[str]) -> int:
     result: dict = {"step": agent.step, "env": agent.config.env, "seed": args.seed,
                     "num_simulations": agent._num_simulations(args.num_simulations),
                     "search": agent.config.search, "search_kwargs": agent.config.search_kwargs,
-                    "model": agent.model}
+                    "model": agent.model, "weights": args.weights}
     if evaluate_against is not None:
         try:
             stats = evaluate_against(agent, args.opponent, num_games=args.episodes,

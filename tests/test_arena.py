@@ -227,7 +227,7 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
                        lambda s, ts, k: jax.numpy.argmax(ts.legal_action_mask, axis=-1))
     monkeypatch.setattr(muzero_jax.agent, "load_agent",
                         lambda logdir, step=None, search=None, search_kwargs=None,
-                        model="learned": agent)
+                        model="learned", weights="online": agent)
     (tmp_path / "config.json").write_text("{}")
     assert main(["eval", "--logdir", str(tmp_path), "--opponent", "random", "--episodes", "3",
                  "--tactics"]) == 0

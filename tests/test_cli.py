@@ -94,7 +94,8 @@ def test_bench_and_play_forward_their_argv(monkeypatch, capsys):
 def test_train_then_eval_then_resume_checks(tmp_path, capsys):
     logdir = tmp_path / "run"
     argv = ["train", "--env", "catch", "--logdir", str(logdir), "--max-iterations", "4",
-            "--seed", "3", "--stop-at", "None", "--progress", "lines", *TINY_ARGS]
+            "--seed", "3", "--stop-at", "None", "--progress", "lines", *TINY_ARGS,
+            "--lr-warmup-updates", "0"]  # its one update moves the weights
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "eval" in out and "done (max_iterations)" in out
@@ -188,3 +189,35 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
                                                                     num_simulations=8)]
     with pytest.raises(ValueError, match="env_state"):
         in_env.search(obs, num_simulations=8)
+
+    # The target network's weights (`--weights target`): the checkpoint's
+    # target_params, read independently from the full state, not the online ones.
+    from muzero_jax.checkpoint import Checkpointer
+
+    assert main(["eval", "--logdir", str(logdir), "--episodes", "6", "--num-simulations", "8",
+                 "--weights", "target"]) == 0
+    capsys.readouterr()
+    result = json.loads((logdir / "eval.json").read_text())
+    assert result["weights"] == "target" and result["model"] == "learned"
+    target = load_agent(logdir, weights="target")
+    online = load_agent(logdir)
+    checkpointer = Checkpointer(logdir / "checkpoints", create=False)
+    try:
+        state = checkpointer.restore(online.trainer).state
+    finally:
+        checkpointer.close()
+    for got, want in zip(jax.tree.leaves(target.params),
+                         jax.tree.leaves(state.target_params)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # One update in 4 iterations: the target (copied every 100 updates) is still the
+    # initial network, so the two differ.
+    assert any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(
+        jax.tree.leaves(target.params), jax.tree.leaves(online.params)))
+    assert result["returns"] == [float(r) for r in target.evaluate(6, jax.random.key(0),
+                                                                    num_simulations=8)]
+    assert main(["eval", "--logdir", str(logdir), "--weights", "ema"]) == 2
+    err = capsys.readouterr().err
+    assert "--weights must be one of online, target" in err and len(
+        err.strip().splitlines()) == 1
+    with pytest.raises(ValueError, match="weights must be one of"):
+        load_agent(logdir, weights="ema")

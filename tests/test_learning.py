@@ -49,6 +49,35 @@ def test_iteration_bookkeeping_and_reproducibility():
     assert [float(r.loss) for r in rows] == [float(r.loss) for r in rows2]
 
 
+def test_target_network_tracks_params_as_an_exponential_moving_average():
+    # target_ema s: after each update, target <- s * params + (1 - s) * target
+    # (what `load_agent(..., weights="target")` evaluates); one update per
+    # learning iteration here, so each iteration's target is hand-computable.
+    # No warm-up and a large step, so that each update moves the weights visibly.
+    config = preset("catch", seed=2, target_ema=0.25, lr_warmup_updates=0, learning_rate=0.05,
+                    **TINY)
+    assert config.updates_per_iteration == 1
+    trainer = make_train(config)
+    state = trainer.init(jax.random.key(config.seed))
+    for _ in range(3):  # learning starts at iteration 4
+        state, _ = trainer.iteration(state)
+    expected = jax.device_get(state.target_params)
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(jax.device_get(state.params))):
+        np.testing.assert_array_equal(a, b)
+    for _ in range(2):
+        state, metrics = trainer.iteration(state)
+        assert bool(metrics.learned)
+        params = jax.device_get(state.params)
+        expected = jax.tree.map(lambda p, t: 0.25 * p + 0.75 * t, params, expected)
+        for got, want in zip(jax.tree.leaves(jax.device_get(state.target_params)),
+                             jax.tree.leaves(expected)):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        # The target lags the online weights (by more than the tolerance above).
+        gaps = [np.max(np.abs(t - p)) for t, p in zip(jax.tree.leaves(expected),
+                                                       jax.tree.leaves(params))]
+        assert max(gaps) > 1e-2, gaps
+
+
 def test_evaluate_is_greedy_and_counts_episodes():
     config = preset("catch", **TINY)
     trainer = make_train(config)
