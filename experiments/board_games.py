@@ -182,7 +182,9 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
         if not due and train_s < max_seconds:
             continue
         t0 = time.perf_counter()
-        agent = Agent(config, eval_trainer, state.params)
+        agent = Agent(config, eval_trainer,
+                      state.target_params if config.eval_weights == "target" else state.params,
+                      weights=config.eval_weights)
         result = evaluate_against(agent, opponent, num_games=eval_games,
                                   rng_key=jax.random.key(10_000 + iteration),
                                   tactics=tactics is not None)

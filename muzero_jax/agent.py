@@ -91,10 +91,12 @@ class Agent:
         "decoded" (the dynamics, each next hidden state decoded to an
         observation, rounded and encoded again). Default (`model=None`): the
         run's `config.search_model`, what it trained with.
+      weights: which of the checkpoint's weights `params` are, one of
+        `WEIGHTS` (a label that `load_agent` sets; "online" by default).
     """
 
     def __init__(self, config: Config, trainer: Trainer, params: Any, *, step: int = 0,
-                 model: str | None = None):
+                 model: str | None = None, weights: str = "online"):
         if model is None:
             model = config.search_model
         if model not in MODELS:
@@ -105,6 +107,7 @@ class Agent:
         self.params = params
         self.step = step
         self.model = model
+        self.weights = weights
         if model == "env":
             self._root_fn = make_env_root_fn(trainer.networks, trainer.value_support)
             self._recurrent_fn = make_env_recurrent_fn(
@@ -255,7 +258,7 @@ def _make_episodes(env: Environment, search_batch, num_episodes: int, steps: int
 
 def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = None,
                search: str | None = None, search_kwargs: str | None = None,
-               model: str | None = None, weights: str = "online") -> Agent:
+               model: str | None = None, weights: str | None = None) -> Agent:
     """Loads a trained agent from a run directory or a checkpoint directory.
 
     Args:
@@ -278,10 +281,11 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         an observation, rounded onto 0/1 and encoded again; needs a run
         trained with `reconstruction_loss_weight` > 0 and binary
         observations).
-      weights: which parameters (`WEIGHTS`): "online" (default) or "target",
-        the target network's: with `target_ema` > 0 in training, the
-        exponential moving average of the online weights (Polyak averaging),
-        which smooths the last updates' noise.
+      weights: which parameters (`WEIGHTS`; default: the run's
+        `eval_weights`, "online" unless it trained otherwise): "online" or
+        "target", the target network's: with `target_ema` > 0 in training,
+        the exponential moving average of the online weights (Polyak
+        averaging), which smooths the last updates' noise.
 
     Returns:
       An `Agent` with the parameters of that checkpoint.
@@ -295,7 +299,7 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
     """
     if model is not None and model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-    if weights not in WEIGHTS:
+    if weights is not None and weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     directory, given_step = find_checkpoint_dir(logdir_or_checkpoint)
     checkpointer = Checkpointer(directory, create=False)
@@ -311,12 +315,14 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         trainer = make_train(config)  # checks the search before anything is read
         # The parameters are checked against the run's own config.
         run_trainer = trainer if config == run_config else make_train(run_config)
+        if weights is None:
+            weights = run_config.eval_weights
         restored = checkpointer.restore(
             run_trainer, step, params_only=True,
             params_item="params" if weights == "online" else "target_params")
     finally:
         checkpointer.close()
-    return Agent(config, trainer, restored.params, step=step, model=model)
+    return Agent(config, trainer, restored.params, step=step, model=model, weights=weights)
 
 
 def standard_error(values: np.ndarray) -> float:

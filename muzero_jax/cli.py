@@ -184,7 +184,8 @@ class EvalArgs:
       weights: which parameters of the checkpoint: "online" (the optimiser's)
         or "target" (the target network's: an exponential moving average of
         the online weights when the run trained with --target-ema > 0, else
-        a copy refreshed every --target-update-period updates).
+        a copy refreshed every --target-update-period updates). Default: the
+        run's eval_weights ("online" unless it trained with "target").
     """
 
     logdir: str
@@ -198,13 +199,13 @@ class EvalArgs:
     search: str | None = None
     search_kwargs: str | None = None
     model: str | None = None
-    weights: str = "online"
+    weights: str | None = None
 
     def __post_init__(self):
         if self.model is not None and self.model not in EVAL_MODELS:
             raise ValueError(
                 f"--model must be one of {', '.join(EVAL_MODELS)}, got {self.model!r}")
-        if self.weights not in EVAL_WEIGHTS:
+        if self.weights is not None and self.weights not in EVAL_WEIGHTS:
             raise ValueError(
                 f"--weights must be one of {', '.join(EVAL_WEIGHTS)}, got {self.weights!r}")
         if self.tactics and self.opponent is None:
@@ -499,7 +500,7 @@ def _eval(argv: list[str]) -> int:
     result: dict = {"step": agent.step, "env": agent.config.env, "seed": args.seed,
                     "num_simulations": agent._num_simulations(args.num_simulations),
                     "search": agent.config.search, "search_kwargs": agent.config.search_kwargs,
-                    "model": agent.model, "weights": args.weights}
+                    "model": agent.model, "weights": agent.weights}
     if evaluate_against is not None:
         try:
             stats = evaluate_against(agent, args.opponent, num_games=args.episodes,

@@ -166,6 +166,12 @@ class Config:
         updates (ignored when `target_ema` > 0).
       target_ema: if > 0, the target network tracks params as an exponential
         moving average with this step size instead of periodic copies.
+      eval_weights: the weights the trainer's evaluations and, by default,
+        `load_agent` / `muzero-jax eval` use: "online" (the optimiser's, the
+        default) or "target" (the target network's; needs `target_ema` > 0,
+        so that they are the exponential moving average of the online
+        weights: Polyak averaging, which smooths the noise of the last
+        updates). Self-play always acts with the online weights.
       search: a built-in search name ("gumbel_muzero", "muzero", "puct",
         "muzero_paper") or "package.module:attr".
       search_kwargs: JSON object of keyword hyper-parameters for the search.
@@ -252,6 +258,7 @@ class Config:
     value_target: Literal["target_network", "search"] = "target_network"
     target_update_period: int = 100
     target_ema: float = 0.0
+    eval_weights: Literal["online", "target"] = "online"
     search: str = "gumbel_muzero"
     search_kwargs: str = "{}"
     search_model: Literal["learned", "decoded"] = "learned"
@@ -322,6 +329,13 @@ class Config:
             raise ValueError(
                 "search_model='decoded' needs the decoder: set reconstruction_loss_weight > 0 "
                 "(or action_reconstruction_loss_weight > 0)")
+        if self.eval_weights not in ("online", "target"):
+            raise ValueError(
+                f"eval_weights must be 'online' or 'target', got {self.eval_weights!r}")
+        if self.eval_weights == "target" and not self.target_ema > 0:
+            raise ValueError(
+                "eval_weights='target' evaluates the moving average of the weights: set "
+                "target_ema > 0 (e.g. 0.001)")
         if self.value_target not in ("target_network", "search"):
             raise ValueError(
                 f"value_target must be 'target_network' or 'search', got {self.value_target!r}"

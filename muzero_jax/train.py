@@ -123,6 +123,11 @@ def metrics_row(metrics: IterationMetrics, state: TrainState, wall_s: float,
     return row
 
 
+def _eval_params(config: Config, state: TrainState):
+    """The weights evaluations use: the online or the target (moving-average) ones."""
+    return state.target_params if config.eval_weights == "target" else state.params
+
+
 def solved(history: list[dict[str, Any]], threshold: float) -> bool:
     """Two consecutive evaluations at or above `threshold` (the issue's rule)."""
     evals = [r["eval_return"] for r in history if "eval_return" in r]
@@ -375,7 +380,7 @@ def train(
                     join_eval_compile()
                     join_eval_compile = None
                 key = jax.random.fold_in(eval_root, iteration)
-                returns = np.asarray(trainer.evaluate(state.params, key))
+                returns = np.asarray(trainer.evaluate(_eval_params(config, state), key))
                 row["eval_return"] = float(returns.mean())
                 row["eval_return_stderr"] = float(returns.std(ddof=1) / math.sqrt(len(returns)))
                 row["wall_s"] = round(time.perf_counter() - start, 3)
@@ -529,7 +534,7 @@ def train_seeds(
             if config.eval_every and iteration % config.eval_every == 0:
                 eval_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(eval_roots,
                                                                             iteration)
-                returns = np.asarray(trainer.evaluate(state.params, eval_keys))
+                returns = np.asarray(trainer.evaluate(_eval_params(config, state), eval_keys))
                 for row, r in zip(rows, returns):
                     row["eval_return"] = float(r.mean())
                     row["eval_return_stderr"] = float(r.std(ddof=1) / math.sqrt(len(r)))

@@ -218,7 +218,7 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
     from muzero_jax.presets import preset
 
     class ColumnZero(StandInAgent):
-        step, config, model = 7, preset("connect_four"), "learned"
+        step, config, model, weights = 7, preset("connect_four"), "learned", "online"
 
         def _num_simulations(self, n):
             return n or 1
@@ -227,7 +227,7 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
                        lambda s, ts, k: jax.numpy.argmax(ts.legal_action_mask, axis=-1))
     monkeypatch.setattr(muzero_jax.agent, "load_agent",
                         lambda logdir, step=None, search=None, search_kwargs=None,
-                        model="learned", weights="online": agent)
+                        model="learned", weights=None: agent)
     (tmp_path / "config.json").write_text("{}")
     assert main(["eval", "--logdir", str(tmp_path), "--opponent", "random", "--episodes", "3",
                  "--tactics"]) == 0
@@ -256,7 +256,7 @@ def test_an_agent_planning_in_the_game_beats_random_with_untrained_networks():
     config = dataclasses.replace(
         preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
         consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
-        reconstruction_loss_weight=0.0,
+        reconstruction_loss_weight=0.0, search_model="learned",
         mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)),
         search="muzero", search_kwargs='{"dirichlet_fraction": 0.0}')
     trainer = make_train(config)
@@ -315,8 +315,8 @@ def test_an_agent_planning_in_its_decoded_model():
     np.testing.assert_allclose(out.value, by_hand.search_tree.node_values[:, mctx.Tree.ROOT_INDEX],
                                rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(out.policy, by_hand.action_weights, rtol=1e-3, atol=1e-4)
-    learned = Agent(config, trainer, params).search(ts.observation, ts.legal_action_mask,
-                                                    num_simulations=6, rng=jax.random.key(3))
+    learned = Agent(config, trainer, params, model="learned").search(
+        ts.observation, ts.legal_action_mask, num_simulations=6, rng=jax.random.key(3))
     assert float(np.abs(out.value).max()) > 0.05
     assert not np.allclose(learned.value, out.value, atol=1e-3)
     result = arena.evaluate_against(agent, "random", num_games=2, rng_key=jax.random.key(1),
@@ -324,7 +324,8 @@ def test_an_agent_planning_in_its_decoded_model():
     assert result["as_first"]["win"] + result["as_first"]["draw"] + result["as_first"][
         "loss"] == pytest.approx(1.0)
 
-    no_decoder = dataclasses.replace(config, reconstruction_loss_weight=0.0)
+    no_decoder = dataclasses.replace(config, reconstruction_loss_weight=0.0,
+                                     search_model="learned")
     with pytest.raises(ValueError, match="reconstruction_loss_weight > 0"):
         Agent(no_decoder, make_train(no_decoder), params, model="decoded")
     cartpole = dataclasses.replace(preset("cartpole"), reconstruction_loss_weight=1.0)

@@ -221,3 +221,29 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
         err.strip().splitlines()) == 1
     with pytest.raises(ValueError, match="weights must be one of"):
         load_agent(logdir, weights="ema")
+
+
+def test_eval_defaults_to_the_runs_eval_weights(tmp_path, capsys):
+    from muzero_jax import load_agent
+
+    logdir = tmp_path / "run"
+    assert main(["train", "--env", "catch", "--logdir", str(logdir), "--max-iterations", "4",
+                 "--stop-at", "None", "--progress", "none", *TINY_ARGS,
+                 "--lr-warmup-updates", "0", "--target-ema", "0.5",
+                 "--eval-weights", "target"]) == 0
+    assert main(["eval", "--logdir", str(logdir), "--episodes", "2",
+                 "--num-simulations", "2"]) == 0
+    capsys.readouterr()
+    assert json.loads((logdir / "eval.json").read_text())["weights"] == "target"
+    default, target = load_agent(logdir), load_agent(logdir, weights="target")
+    online = load_agent(logdir, weights="online")
+    assert default.weights == "target" and online.weights == "online"
+    leaves = [jax_leaves(a.params) for a in (default, target, online)]
+    assert all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[1]))
+    assert not all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[2]))
+
+
+def jax_leaves(tree):
+    import jax
+
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]

@@ -35,6 +35,8 @@ def test_defaults_and_derived_values():
         ("num_envs", 2.5, "must be an integer"),
         ("search_model", "oracle", "search_model must be 'learned' or 'decoded'"),
         ("search_model", "decoded", "needs the decoder: set reconstruction_loss_weight"),
+        ("eval_weights", "ema", "eval_weights must be 'online' or 'target'"),
+        ("eval_weights", "target", "set target_ema > 0"),
     ],
 )
 def test_bad_values(field, value, message):

@@ -78,6 +78,34 @@ def test_target_network_tracks_params_as_an_exponential_moving_average():
         assert max(gaps) > 1e-2, gaps
 
 
+@pytest.mark.parametrize("eval_weights", ["online", "target"])
+def test_evaluations_use_the_weights_eval_weights_names(eval_weights):
+    # eval_weights="target": the trainer evaluates the moving average of the
+    # weights (target_params), not the online ones; they differ after learning.
+    config = preset("catch", seed=4, target_ema=0.25, lr_warmup_updates=0,
+                    learning_rate=0.05, eval_weights=eval_weights, **dict(TINY, eval_every=5))
+    trainer = make_train(config)
+    seen = []
+
+    class Spy:  # the compiled evaluation, recording the weights it is called with
+        lower = staticmethod(trainer.evaluate.lower)
+
+        def __call__(self, params, key):
+            seen.append(jax.device_get(params))
+            return trainer.evaluate(params, key)
+
+    result = train(config, trainer=trainer._replace(evaluate=Spy()), max_iterations=5,
+                   stop_threshold=None)
+    assert len(seen) == 1 and "eval_return" in result.history[-1]
+    state = jax.device_get(result.state)
+    want = state.target_params if eval_weights == "target" else state.params
+    other = state.params if eval_weights == "target" else state.target_params
+    for got, w in zip(jax.tree.leaves(seen[0]), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(got, w)
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(seen[0]),
+                                                         jax.tree.leaves(other)))
+
+
 def test_evaluate_is_greedy_and_counts_episodes():
     config = preset("catch", **TINY)
     trainer = make_train(config)
