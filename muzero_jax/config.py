@@ -335,7 +335,7 @@ class Config:
         if self.eval_weights == "target" and not self.target_ema > 0:
             raise ValueError(
                 "eval_weights='target' evaluates the moving average of the weights: set "
-                "target_ema > 0 (e.g. 0.001)")
+                "target_ema > 0 (e.g. 0.001), or eval_weights='online'")
         if self.value_target not in ("target_network", "search"):
             raise ValueError(
                 f"value_target must be 'target_network' or 'search', got {self.value_target!r}"
