@@ -219,7 +219,7 @@ def test_eval_and_print_every_seconds_follow_the_training_clock(monkeypatch, cap
                                       gmtime=time_gmtime)
     monkeypatch.setattr(board_games, "time", fake_time)
     monkeypatch.setattr(board_games, "make_train", lambda config, env=None: FakeTrainer())
-    monkeypatch.setattr(muzero_jax.agent, "Agent", lambda *args: None)
+    monkeypatch.setattr(muzero_jax.agent, "Agent", lambda *args, **kwargs: None)
     rates = {"win": 1.0, "draw": 0.0, "loss": 0.0}
     monkeypatch.setattr(board_games, "evaluate_against",
                         lambda *a, **k: {"as_first": rates, "as_second": rates})
