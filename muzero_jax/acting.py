@@ -105,6 +105,16 @@ def select_actions(
     return jnp.where((temperature > 0) & has_weight, sampled, greedy).astype(jnp.int32)
 
 
+def _random_moves(rng_key, action, legal_action_mask, prob):
+    """`action` with each entry replaced, with probability `prob`, by a
+    uniformly random legal action (kept where no action is legal)."""
+    pick_key, coin_key = jax.random.split(rng_key)
+    legal = legal_action_mask.astype(bool)
+    random = jax.random.categorical(pick_key, jnp.where(legal, 0.0, -jnp.inf))
+    take = (jax.random.uniform(coin_key, action.shape) < prob) & jnp.any(legal, axis=-1)
+    return jnp.where(take, random, action).astype(jnp.int32)
+
+
 def make_act_step(
     env: Environment,
     root_fn: RootFn,
@@ -114,6 +124,7 @@ def make_act_step(
     num_simulations: int,
     use_search_action: bool = False,
     exploration_plies: int = 0,
+    random_move_prob: float = 0.0,
     action_rewards: bool = False,
     action_threats: bool = False,
     reply_labels: bool = False,
@@ -128,6 +139,9 @@ def make_act_step(
     Otherwise actions are sampled from `action_weights ** (1 / temperature)`.
     With `exploration_plies > 0` the temperature applies only to the first
     `exploration_plies` steps of each episode; later steps are greedy.
+    With `random_move_prob > 0`, each move is then replaced, with that
+    probability, by a uniformly random legal move (at every ply, whatever
+    the temperature); the row keeps the search's policy and value.
     With `action_rewards`, each row also carries the reward every action
     would have given (`Trajectory.action_rewards`): the environment is
     stepped from the same state once per action and those states dropped.
@@ -196,6 +210,8 @@ def make_act_step(
     def act_step(params, actor: ActorState, rng_key, temperature):
         if reply_labels:  # only then: the other options' draws stay as they were
             rng_key, reply_key = jax.random.split(rng_key)
+        if random_move_prob:  # likewise
+            rng_key, random_key = jax.random.split(rng_key)
         search_key, action_key = jax.random.split(rng_key)
         ts = actor.timestep
         if exploration_plies:
@@ -212,6 +228,8 @@ def make_act_step(
         action = select_actions(action_key, out.action_weights, ts.legal_action_mask, temperature)
         if use_search_action:
             action = jnp.where(temperature > 0, out.action.astype(jnp.int32), action)
+        if random_move_prob:
+            action = _random_moves(random_key, action, ts.legal_action_mask, random_move_prob)
         search_value = out.search_tree.node_values[:, mctx.Tree.ROOT_INDEX]
         row = Trajectory(
             observation=ts.observation,

@@ -197,6 +197,11 @@ class Config:
         action) only during the first this many steps of each episode and act
         greedily after them, as AlphaZero does in its board games; 0 explores
         at every step.
+      random_move_prob: the probability that a self-play move is replaced by
+        a uniformly random legal one (epsilon-greedy on top of the search,
+        at every ply and for both players; evaluation never does). The row
+        keeps the search's policy and value as targets, and the dynamics
+        learns the moves a weak or random opponent makes. 0 (default) is off.
       replay_capacity: time steps kept per environment.
       prioritized_replay: prioritised (True) or uniform (False) sampling.
       priority_alpha: priority exponent alpha.
@@ -266,6 +271,7 @@ class Config:
     act_with_search_action: bool = True
     temperature_schedule: tuple[tuple[float, float], ...] = ((0.5, 1.0), (0.75, 0.5), (1.0, 0.25))
     exploration_plies: int = 0
+    random_move_prob: float = 0.0
     replay_capacity: int = 500
     prioritized_replay: bool = True
     priority_alpha: float = 1.0
@@ -311,6 +317,11 @@ class Config:
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {self.discount!r}")
+        if (isinstance(self.random_move_prob, bool)
+                or not isinstance(self.random_move_prob, (int, float))
+                or not 0.0 <= self.random_move_prob < 1.0):
+            raise ValueError(
+                f"random_move_prob must be a number in [0, 1), got {self.random_move_prob!r}")
         if not 0.0 <= self.target_ema < 1.0:
             raise ValueError(f"target_ema must be in [0, 1), got {self.target_ema!r}")
         for name in ("priority_beta_start", "priority_beta_end"):

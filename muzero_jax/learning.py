@@ -556,6 +556,7 @@ def make_train(
         env, root_fn, recurrent_fn, search_fn, num_simulations=config.num_simulations,
         use_search_action=config.act_with_search_action,
         exploration_plies=config.exploration_plies,
+        random_move_prob=config.random_move_prob,
         action_rewards=action_reward,
         action_threats=threat,
         reply_labels=reply,

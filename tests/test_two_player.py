@@ -324,3 +324,41 @@ def test_exploration_plies_then_greedy(plies):
         assert late == 0.0  # greedy from the third ply on
     else:
         assert late > 0.2
+
+
+def _tic_tac_toe_rollout(num_envs=16, **act_kwargs):
+    """One 30-step greedy (temperature 0) self-play rollout of TicTacToe with
+    the hand-made perfect model; `act_kwargs` go to `make_act_step`."""
+    env = make_env("tic_tac_toe")
+    networks = perfect_model_networks()
+    act_step = make_act_step(
+        env, make_root_fn(networks, VALUE),
+        make_recurrent_fn(networks, VALUE, REWARD, discount=1.0, two_player=True),
+        functools.partial(mctx.gumbel_muzero_policy, max_num_considered_actions=9),
+        num_simulations=8, **act_kwargs,
+    )
+    rollout = jax.jit(make_rollout(act_step, 30))
+    _, traj, _ = rollout({}, init_actor(env, jax.random.key(3), num_envs), jax.random.key(4),
+                         jnp.float32(0.0))
+    return traj
+
+
+def test_random_move_prob_zero_changes_nothing():
+    plain, off = _tic_tac_toe_rollout(), _tic_tac_toe_rollout(random_move_prob=0.0)
+    np.testing.assert_array_equal(np.asarray(plain.action), np.asarray(off.action))
+
+
+def test_random_moves_replace_a_share_of_greedy_moves_uniformly():
+    p = 0.6
+    traj = _tic_tac_toe_rollout(num_envs=64, random_move_prob=p)
+    legal = np.asarray(traj.legal_action_mask)
+    playing = ~np.asarray(traj.last) & legal.any(-1)
+    action = np.asarray(traj.action)[playing]
+    legal = legal[playing]
+    assert legal[np.arange(len(action)), action].all()  # random moves are legal too
+    # The row keeps the search's policy: its argmax is the greedy move, which a
+    # random move matches with probability 1 / (legal moves).
+    greedy = np.where(legal, np.asarray(traj.search_policy)[playing], -1.0).argmax(-1)
+    expected = p * np.mean(1.0 - 1.0 / legal.sum(-1))
+    assert len(action) > 1000
+    assert np.mean(action != greedy) == pytest.approx(expected, abs=0.05)
