@@ -39,6 +39,21 @@ def test_unroll_mfu_against_a_given_peak(tmp_path):
     assert row["mfu"] == pytest.approx(row["model_flops_per_step"] / row["step_median_s"] / 0.5e12)
 
 
+def test_unroll_mfu_uses_each_dtypes_peak(tmp_path, monkeypatch):
+    """Each row's MFU is against the listed peak of its own compute dtype."""
+    from muzero_jax.bench import flops
+
+    monkeypatch.setattr(flops, "_PEAKS", {"float32": (("cpu", 1.0),), "bfloat16": (("cpu", 2.0),)})
+    out = tmp_path / "unroll.json"
+    assert bench.main(["unroll", "--network", "mlp", "--unroll-steps", "1", "--batch-sizes", "8",
+                       "--repeats", "1", "--compute-dtypes", "float32,bfloat16",
+                       "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["peak_flops_per_s"] for r in rows] == [1e12, 2e12]
+    for r in rows:
+        assert r["mfu"] == pytest.approx(r["model_flops_per_s"] / r["peak_flops_per_s"])
+
+
 def test_unroll_updates_per_call_scans_the_steps(tmp_path):
     rows = {}
     for updates in (1, 3):
@@ -104,6 +119,13 @@ def test_matmul_flops_hand_counted():
     assert matmul_flops(branchy, True, x) == dense + 2 * 4 * 16 * 8
     assert peak_flops("NVIDIA H100 80GB HBM3") == 494.7e12
     assert peak_flops("NVIDIA H100 PCIe") == 378e12 and peak_flops("cpu") is None
+    # bfloat16 runs at twice TF32's rate on NVIDIA; a TPU's listed peak is bf16 already.
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989.4e12
+    assert peak_flops("NVIDIA A100-SXM4-40GB", "bfloat16") == 2 * peak_flops("NVIDIA A100")
+    assert peak_flops("TPU v4", "bfloat16") == peak_flops("TPU v4") == 275e12
+    assert peak_flops("cpu", "bfloat16") is None
+    with pytest.raises(ValueError, match="no peak table for dtype 'float16'"):
+        peak_flops("NVIDIA H100", "float16")
 
 
 def test_learner_step_flops_grow_linearly_with_the_unroll():
@@ -190,6 +212,6 @@ def test_unroll_compares_compute_dtypes(tmp_path):
     assert [r["compute_dtype"] for r in rows] == ["float32", "bfloat16"]
     # The same network and batch: the same parameter count.
     assert rows[0]["num_params"] == rows[1]["num_params"]
-    # No listed peak applies to bfloat16 (the table's are float32/TF32 ones).
+    # On the CPU no peak is listed for either dtype.
     assert rows[1]["peak_flops_per_s"] is None and rows[1]["mfu"] is None
     assert bench.main(["unroll", "--compute-dtypes", "float16"]) == 2

@@ -122,10 +122,10 @@ def run_unroll(
     one training sees (on XLA:CPU a step inside a loop can compile to slower
     code than the same step alone).
     `compute_dtypes`: the networks' compute dtypes to compare
-    (`Config.compute_dtype`); a bfloat16 row gets an MFU only against a given
-    `peak_flops_per_s` (the listed peaks are TF32/float32 ones).
-    `peak_flops_per_s`: the device's peak for the MFU column (None: looked up
-    from the device kind in `muzero_jax.bench.flops.PEAK_TFLOPS`; no MFU when
+    (`Config.compute_dtype`); each row's MFU is against the peak for its dtype.
+    `peak_flops_per_s`: the device's peak for the MFU column, for every row
+    (None: looked up from the device kind and the row's dtype in
+    `muzero_jax.bench.flops.PEAK_TFLOPS` / `PEAK_TFLOPS_BF16`; no MFU when
     unknown, e.g. on CPU).
     """
     import optax
@@ -140,7 +140,6 @@ def run_unroll(
 
     environment = make_env(env)
     device_kind = jax.devices()[0].device_kind
-    peak = peak_flops_per_s or peak_flops(device_kind)
     rows = []
     rng = np.random.default_rng(seed)
     settings = [(n, k, b, d) for n in networks for k in unroll_steps for b in batch_sizes
@@ -181,7 +180,7 @@ def run_unroll(
                               c(p, o, d), repeats)
         summary = _summary(times, batch * updates_per_call)
         step_s = summary["median_s"] / updates_per_call
-        row_peak = peak if dtype == "float32" else peak_flops_per_s
+        row_peak = peak_flops_per_s or peak_flops(device_kind, dtype)
         rows.append({
             "bench": "unroll", "env": env, "network": network, "unroll_steps": k,
             "compute_dtype": dtype, "batch_size": batch,

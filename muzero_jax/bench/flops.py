@@ -18,7 +18,7 @@ from typing import Any
 import jax
 from jax.extend import core as jax_core
 
-__all__ = ["PEAK_TFLOPS", "matmul_flops", "peak_flops"]
+__all__ = ["PEAK_TFLOPS", "PEAK_TFLOPS_BF16", "matmul_flops", "peak_flops"]
 
 
 def _dot_flops(eqn) -> float:
@@ -99,9 +99,32 @@ PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
 )
 
 
-def peak_flops(device_kind: str) -> float | None:
-    """Peak FLOP/s of a device from `PEAK_TFLOPS`, or None when not listed (CPUs)."""
-    for name, tflops in PEAK_TFLOPS:
+# The same for bfloat16 matmuls (dense; the TPUs' listed peaks are bf16 already).
+PEAK_TFLOPS_BF16: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 756.0),
+    ("H100", 989.4),  # SXM
+    ("H200", 989.4),
+    ("GH200", 989.4),
+    ("A100", 312.0),
+    ("L4", 121.0),
+    ("TPU v4", 275.0),
+    ("TPU v5 lite", 197.0),
+    ("TPU v5e", 197.0),
+    ("TPU v5p", 459.0),
+    ("TPU v5", 459.0),
+    ("TPU v6 lite", 918.0),
+    ("TPU v6e", 918.0),
+)
+
+_PEAKS = {"float32": PEAK_TFLOPS, "bfloat16": PEAK_TFLOPS_BF16}
+
+
+def peak_flops(device_kind: str, dtype: str = "float32") -> float | None:
+    """Peak FLOP/s of a device for `dtype` ("float32": `PEAK_TFLOPS`, "bfloat16":
+    `PEAK_TFLOPS_BF16`), or None when not listed (CPUs)."""
+    if dtype not in _PEAKS:
+        raise ValueError(f"no peak table for dtype {dtype!r}; known: {', '.join(_PEAKS)}")
+    for name, tflops in _PEAKS[dtype]:
         if name.lower() in device_kind.lower():
             return tflops * 1e12
     return None
