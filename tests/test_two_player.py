@@ -293,19 +293,26 @@ def test_n_step_target_with_bootstrap_alternates_sign():
     np.testing.assert_allclose(got.reward, [0, 0, 0, 0, 0, 0], atol=1e-6)
 
 
-@pytest.mark.parametrize("plies", [0, 2])
-def test_exploration_plies_then_greedy(plies):
+def _tic_tac_toe_rollout(num_envs=16, temperature=0.0, **act_kwargs):
+    """One 30-step self-play rollout of TicTacToe (greedy by default) with the
+    hand-made perfect model; `act_kwargs` go to `make_act_step`."""
     env = make_env("tic_tac_toe")
     networks = perfect_model_networks()
     act_step = make_act_step(
         env, make_root_fn(networks, VALUE),
         make_recurrent_fn(networks, VALUE, REWARD, discount=1.0, two_player=True),
         functools.partial(mctx.gumbel_muzero_policy, max_num_considered_actions=9),
-        num_simulations=8, exploration_plies=plies,
+        num_simulations=8, **act_kwargs,
     )
     rollout = jax.jit(make_rollout(act_step, 30))
-    _, traj, _ = rollout({}, init_actor(env, jax.random.key(3), 16), jax.random.key(4),
-                         jnp.float32(1.0))
+    _, traj, _ = rollout({}, init_actor(env, jax.random.key(3), num_envs), jax.random.key(4),
+                         jnp.float32(temperature))
+    return traj
+
+
+@pytest.mark.parametrize("plies", [0, 2])
+def test_exploration_plies_then_greedy(plies):
+    traj = _tic_tac_toe_rollout(temperature=1.0, exploration_plies=plies)
     first, last = np.asarray(traj.first), np.asarray(traj.last)
     weights = np.where(np.asarray(traj.legal_action_mask), np.asarray(traj.search_policy), -1.0)
     greedy = np.asarray(traj.action) == weights.argmax(-1)
@@ -324,23 +331,6 @@ def test_exploration_plies_then_greedy(plies):
         assert late == 0.0  # greedy from the third ply on
     else:
         assert late > 0.2
-
-
-def _tic_tac_toe_rollout(num_envs=16, **act_kwargs):
-    """One 30-step greedy (temperature 0) self-play rollout of TicTacToe with
-    the hand-made perfect model; `act_kwargs` go to `make_act_step`."""
-    env = make_env("tic_tac_toe")
-    networks = perfect_model_networks()
-    act_step = make_act_step(
-        env, make_root_fn(networks, VALUE),
-        make_recurrent_fn(networks, VALUE, REWARD, discount=1.0, two_player=True),
-        functools.partial(mctx.gumbel_muzero_policy, max_num_considered_actions=9),
-        num_simulations=8, **act_kwargs,
-    )
-    rollout = jax.jit(make_rollout(act_step, 30))
-    _, traj, _ = rollout({}, init_actor(env, jax.random.key(3), num_envs), jax.random.key(4),
-                         jnp.float32(0.0))
-    return traj
 
 
 def test_random_move_prob_zero_changes_nothing():

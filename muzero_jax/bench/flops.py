@@ -77,6 +77,18 @@ def matmul_flops(fn: Callable[..., Any], *args, **kwargs) -> float:
     return _jaxpr_flops(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr)
 
 
+# TPUs: their listed peaks are bf16 ones, which is also how they run float32
+# matmuls by default.
+_TPU_PEAKS: tuple[tuple[str, float], ...] = (
+    ("TPU v4", 275.0),
+    ("TPU v5 lite", 197.0),
+    ("TPU v5e", 197.0),
+    ("TPU v5p", 459.0),
+    ("TPU v5", 459.0),
+    ("TPU v6 lite", 918.0),
+    ("TPU v6e", 918.0),
+)
+
 # Dense peak FLOP/s (in TFLOP/s) of the matrix units for the precision that a
 # float32 matmul runs at by default under JAX: TF32 tensor cores on NVIDIA
 # Ampere and later, one bf16 pass on TPU. From the vendors' data sheets
@@ -89,14 +101,7 @@ PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
     ("GH200", 494.7),
     ("A100", 156.0),
     ("L4", 60.0),
-    ("TPU v4", 275.0),
-    ("TPU v5 lite", 197.0),
-    ("TPU v5e", 197.0),
-    ("TPU v5p", 459.0),
-    ("TPU v5", 459.0),
-    ("TPU v6 lite", 918.0),
-    ("TPU v6e", 918.0),
-)
+) + _TPU_PEAKS
 
 
 # The same for bfloat16 matmuls (dense; the TPUs' listed peaks are bf16 already).
@@ -107,14 +112,7 @@ PEAK_TFLOPS_BF16: tuple[tuple[str, float], ...] = (
     ("GH200", 989.4),
     ("A100", 312.0),
     ("L4", 121.0),
-    ("TPU v4", 275.0),
-    ("TPU v5 lite", 197.0),
-    ("TPU v5e", 197.0),
-    ("TPU v5p", 459.0),
-    ("TPU v5", 459.0),
-    ("TPU v6 lite", 918.0),
-    ("TPU v6e", 918.0),
-)
+) + _TPU_PEAKS
 
 _PEAKS = {"float32": PEAK_TFLOPS, "bfloat16": PEAK_TFLOPS_BF16}
 
