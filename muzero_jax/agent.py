@@ -41,6 +41,7 @@ from muzero_jax.search import (
     make_recurrent_fn,
     make_root_fn,
 )
+from muzero_jax.symmetries import check_symmetry_ensemble, ensemble_networks
 
 __all__ = ["Agent", "AgentOutput", "MODELS", "WEIGHTS", "load_agent"]
 
@@ -93,14 +94,26 @@ class Agent:
         run's `config.search_model`, what it trained with.
       weights: which of the checkpoint's weights `params` are, one of
         `WEIGHTS` (a label that `load_agent` sets; "online" by default).
+      symmetry_ensemble: every network evaluation of the search is the mean
+        over the board's symmetries (`symmetries.ensemble_networks`; games
+        with `env.symmetries`, e.g. Connect Four's mirror): S times the
+        network cost, the same parameters. Default (None): the run's
+        `config.eval_symmetry_ensemble`.
     """
 
     def __init__(self, config: Config, trainer: Trainer, params: Any, *, step: int = 0,
-                 model: str | None = None, weights: str = "online"):
+                 model: str | None = None, weights: str = "online",
+                 symmetry_ensemble: bool | None = None):
+        if symmetry_ensemble is None:
+            symmetry_ensemble = config.eval_symmetry_ensemble
         if model is None:
             model = config.search_model
         if model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+        networks = trainer.networks
+        if symmetry_ensemble:
+            check_symmetry_ensemble(trainer.env)
+            networks = ensemble_networks(networks, trainer.env.symmetries)
         self.config = config
         self.trainer = trainer
         self.env: Environment = trainer.env
@@ -108,10 +121,11 @@ class Agent:
         self.step = step
         self.model = model
         self.weights = weights
+        self.symmetry_ensemble = bool(symmetry_ensemble)
         if model == "env":
-            self._root_fn = make_env_root_fn(trainer.networks, trainer.value_support)
+            self._root_fn = make_env_root_fn(networks, trainer.value_support)
             self._recurrent_fn = make_env_recurrent_fn(
-                self.env, trainer.networks, trainer.value_support, discount=config.discount)
+                self.env, networks, trainer.value_support, discount=config.discount)
         else:
             if model == "decoded":
                 check_decoded_model(trainer.networks, self.env,
@@ -119,10 +133,10 @@ class Agent:
                 make_fn = make_decoded_recurrent_fn
             else:
                 make_fn = make_recurrent_fn
-            root_fn = make_root_fn(trainer.networks, trainer.value_support)
+            root_fn = make_root_fn(networks, trainer.value_support)
             self._root_fn = lambda params, observation, env_state: root_fn(params, observation)
             self._recurrent_fn = make_fn(
-                trainer.networks, trainer.value_support, trainer.reward_support,
+                networks, trainer.value_support, trainer.reward_support,
                 discount=config.discount, two_player=self.env.num_players == 2,
             )
         self._rng = jax.random.key(config.seed)
@@ -258,7 +272,8 @@ def _make_episodes(env: Environment, search_batch, num_episodes: int, steps: int
 
 def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = None,
                search: str | None = None, search_kwargs: str | None = None,
-               model: str | None = None, weights: str | None = None) -> Agent:
+               model: str | None = None, weights: str | None = None,
+               symmetry_ensemble: bool | None = None) -> Agent:
     """Loads a trained agent from a run directory or a checkpoint directory.
 
     Args:
@@ -286,6 +301,10 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         "target", the target network's: with `target_ema` > 0 in training,
         the exponential moving average of the online weights (Polyak
         averaging), which smooths the last updates' noise.
+      symmetry_ensemble: average every network evaluation of the search over
+        the board's symmetries (`Agent.symmetry_ensemble`; games that have
+        them, e.g. Connect Four's mirror, TicTacToe's and Go's eight).
+        Default (None): the run's `eval_symmetry_ensemble`.
 
     Returns:
       An `Agent` with the parameters of that checkpoint.
@@ -294,8 +313,9 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
       checkpoint.CheckpointError: no checkpoint there, or it is unreadable.
       ValueError: a `search` or `search_kwargs` that does not resolve, parse
         or fit the search's signature, an unknown `model` or `weights`, or
-        "decoded" for a run without a decoder or binary observations (checked
-        before anything is compiled).
+        "decoded" for a run without a decoder or binary observations, or
+        `symmetry_ensemble` for a game without symmetries (checked before
+        anything is compiled).
     """
     if model is not None and model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
@@ -322,7 +342,8 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
             params_item="params" if weights == "online" else "target_params")
     finally:
         checkpointer.close()
-    return Agent(config, trainer, restored.params, step=step, model=model, weights=weights)
+    return Agent(config, trainer, restored.params, step=step, model=model, weights=weights,
+                 symmetry_ensemble=symmetry_ensemble)
 
 
 def standard_error(values: np.ndarray) -> float:

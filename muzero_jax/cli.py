@@ -186,6 +186,10 @@ class EvalArgs:
         the online weights when the run trained with --target-ema > 0, else
         a copy refreshed every --target-update-period updates). Default: the
         run's eval_weights ("online" unless it trained with "target").
+      symmetry_ensemble: average every network evaluation of the search
+        over the board's symmetries (Connect Four's mirror; the eight of
+        TicTacToe and Go): test-time augmentation, S times the network cost.
+        Default: the run's eval_symmetry_ensemble.
     """
 
     logdir: str
@@ -200,6 +204,7 @@ class EvalArgs:
     search_kwargs: str | None = None
     model: str | None = None
     weights: str | None = None
+    symmetry_ensemble: bool | None = None
 
     def __post_init__(self):
         if self.model is not None and self.model not in EVAL_MODELS:
@@ -492,7 +497,7 @@ def _eval(argv: list[str]) -> int:
     try:
         agent = load_agent(args.logdir, step=args.step, search=args.search,
                            search_kwargs=args.search_kwargs, model=args.model,
-                           weights=args.weights)
+                           weights=args.weights, symmetry_ensemble=args.symmetry_ensemble)
     except (CheckpointError, ValueError, TypeError) as e:  # ValueError: --search(-kwargs)
         raise UsageError(f"{_PROG} eval: {e}") from None
     out_dir = args.logdir if os.path.isfile(os.path.join(args.logdir, "config.json")) else None
@@ -500,7 +505,8 @@ def _eval(argv: list[str]) -> int:
     result: dict = {"step": agent.step, "env": agent.config.env, "seed": args.seed,
                     "num_simulations": agent._num_simulations(args.num_simulations),
                     "search": agent.config.search, "search_kwargs": agent.config.search_kwargs,
-                    "model": agent.model, "weights": agent.weights}
+                    "model": agent.model, "weights": agent.weights,
+                    "symmetry_ensemble": agent.symmetry_ensemble}
     if evaluate_against is not None:
         try:
             stats = evaluate_against(agent, args.opponent, num_games=args.episodes,

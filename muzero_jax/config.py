@@ -172,6 +172,12 @@ class Config:
         so that they are the exponential moving average of the online
         weights: Polyak averaging, which smooths the noise of the last
         updates). Self-play always acts with the online weights.
+      eval_symmetry_ensemble: the trainer's evaluations and, by default,
+        `load_agent` / `muzero-jax eval` / `play` average every network
+        evaluation of their search over the board's symmetries
+        (`symmetries.ensemble_networks`: test-time augmentation, S times the
+        network cost per simulation; Connect Four's mirror, S = 2). Needs an
+        environment with `symmetries` (the pgx games). Self-play never does.
       search: a built-in search name ("gumbel_muzero", "muzero", "puct",
         "muzero_paper") or "package.module:attr".
       search_kwargs: JSON object of keyword hyper-parameters for the search.
@@ -264,6 +270,7 @@ class Config:
     target_update_period: int = 100
     target_ema: float = 0.0
     eval_weights: Literal["online", "target"] = "online"
+    eval_symmetry_ensemble: bool = False
     search: str = "gumbel_muzero"
     search_kwargs: str = "{}"
     search_model: Literal["learned", "decoded"] = "learned"
@@ -396,6 +403,9 @@ class Config:
                 f"action_reconstruction_loss_weight={self.action_reconstruction_loss_weight} "
                 "needs action_reward_loss_weight > 0: it decodes the hidden states of the "
                 "same every-action dynamics")
+        if not isinstance(self.eval_symmetry_ensemble, bool):
+            raise ValueError(f"eval_symmetry_ensemble must be true or false, "
+                             f"got {self.eval_symmetry_ensemble!r}")
         if not isinstance(self.augment_symmetries, bool):
             raise ValueError(
                 f"augment_symmetries must be true or false, got {self.augment_symmetries!r}")

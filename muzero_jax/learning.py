@@ -52,7 +52,12 @@ from muzero_jax.search import (
     make_root_fn,
     resolve_search,
 )
-from muzero_jax.symmetries import augment_batch, check_symmetries
+from muzero_jax.symmetries import (
+    augment_batch,
+    check_symmetries,
+    check_symmetry_ensemble,
+    ensemble_networks,
+)
 from muzero_jax.targets import make_targets
 from muzero_jax.value_transforms import DiscreteSupport, make_support
 
@@ -493,6 +498,11 @@ def make_train(
                 f"augment_symmetries is set, but the environment {env.name!r} has no "
                 "symmetries (the pgx board games have them)")
         check_symmetries(env.symmetries, env.observation_shape, env.num_actions)
+    if config.eval_symmetry_ensemble:
+        try:
+            check_symmetry_ensemble(env)
+        except ValueError as e:
+            raise ValueError(f"eval_symmetry_ensemble is set, but {e}") from None
     two_player = env.num_players == 2
     signed_discount = -config.discount if two_player else config.discount
 
@@ -805,8 +815,14 @@ def make_train(
             shardings, shapes, is_leaf=lambda x: isinstance(x, NamedSharding),
         )
 
+    eval_root_fn, eval_recurrent_fn = root_fn, recurrent_fn
+    if config.eval_symmetry_ensemble:  # the same search on the symmetry-averaged networks
+        eval_networks = ensemble_networks(networks, env.symmetries)
+        eval_root_fn = make_root_fn(eval_networks, value_support)
+        eval_recurrent_fn = make_model(eval_networks, value_support, reward_support,
+                                       discount=config.discount, two_player=two_player)
     evaluate = make_evaluate(
-        env, root_fn, recurrent_fn, search_fn,
+        env, eval_root_fn, eval_recurrent_fn, search_fn,
         num_simulations=config.eval_num_simulations or config.num_simulations,
         num_episodes=config.eval_episodes,
         compiler_options=None if num_seeds > 1 else compiler_options,

@@ -162,6 +162,11 @@ PRESETS: dict[str, Config] = {
         # average) in both seeds and both evaluation seeds tried (README).
         target_ema=0.001,
         eval_weights="target",
+        # Evaluating with the networks averaged over the board and its mirror
+        # (test-time augmentation; twice the network cost per simulation): in
+        # all four seeds of this preset at least as strong, +0.033 of 400
+        # games on average (0.84 / 0.81 against 0.80 / 0.78; README).
+        eval_symmetry_ensemble=True,
         value_support_size=6,
         reward_support_size=2,
         mlp=MLPConfig(hidden_sizes=(256, 256), latent_size=128, head_hidden_sizes=(128,),

@@ -21,8 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from muzero_jax.networks import NetworkOutput, Networks
+
 __all__ = ["Symmetries", "augment_batch", "board_symmetries", "check_symmetries",
-           "inverse_actions"]
+           "check_symmetry_ensemble", "ensemble_networks", "inverse_actions"]
 
 
 class Symmetries(NamedTuple):
@@ -205,3 +207,102 @@ def augment_batch(batch, symmetries: Symmetries, rng_key: chex.PRNGKey):
             target_reply_reward=jnp.take_along_axis(
                 batch.target_reply_reward, act_index[s][:, None, :], axis=2))
     return moved
+
+
+def _mean_of_distributions(logits: chex.Array) -> chex.Array:
+    """`[B, S, N]` logits -> `[B, N]` logits of the mean of the S softmaxes."""
+    logits = logits.astype(jnp.float32)
+    return jax.nn.logsumexp(jax.nn.log_softmax(logits, axis=-1), axis=1) - np.log(logits.shape[1])
+
+
+def check_symmetry_ensemble(env) -> None:
+    """Raises one clear `ValueError` where an environment has no symmetries
+    to average over (`Environment.symmetries` is None), or ones that do not
+    fit its observations and actions."""
+    if getattr(env, "symmetries", None) is None:
+        raise ValueError(f"the symmetry ensemble needs a game with board symmetries (the pgx "
+                         f"board games have them), and {env.name!r} has none")
+    check_symmetries(env.symmetries, tuple(env.observation_shape), env.num_actions)
+
+
+def ensemble_networks(networks: Networks, symmetries: Symmetries) -> Networks:
+    """The same networks, averaged over the board's symmetries (test-time
+    augmentation for the search, as AlphaGo Zero evaluated its network).
+
+    A hidden state of the returned `Networks` is `[B, S, ...]`: one hidden
+    state per symmetry `s`, that of the observation moved by `s` (hidden
+    state `s` of an action's successor is the dynamics applied to hidden
+    state `s` and the action moved by `s`). Every output is then brought
+    back to the original frame and averaged over the S of them: the policy,
+    value and reward as the mean of their categorical distributions (the
+    logits returned are that mixture's log-probabilities), the decoded
+    observation as the mean of the S decodings. With only the identity it is
+    the original networks' output, up to the logits' normalisation. Costs S
+    network evaluations per call; the parameters are the same. `projection`
+    is dropped (a training-only head); `init` is the original's.
+
+    Args:
+      networks: a `muzero_jax.networks.Networks`.
+      symmetries: the game's symmetries (`Environment.symmetries`).
+
+    Returns:
+      A `Networks` with the same fields, for search and evaluation.
+    """
+    num = len(symmetries.observation_index)
+    obs_index = jnp.asarray(np.asarray(symmetries.observation_index, np.int32))
+    obs_back = jnp.asarray(np.argsort(np.asarray(symmetries.observation_index), axis=1)
+                           .astype(np.int32))
+    # Row s maps an original action to its image under s: it moves an action
+    # into frame s, and reads a policy of frame s back in the original frame.
+    act_map = jnp.asarray(inverse_actions(symmetries))
+
+    def flat(x):  # [B, S, ...] -> [B * S, ...]
+        return x.reshape((x.shape[0] * num,) + x.shape[2:])
+
+    def unflat(x):  # [B * S, ...] -> [B, S, ...]
+        return x.reshape((x.shape[0] // num, num) + x.shape[1:])
+
+    def representation(params, observation):
+        b = observation.shape[0]
+        cells = observation.reshape(b, -1)
+        moved = jnp.take(cells, obs_index, axis=1)  # [B, S, cells]
+        moved = moved.reshape((b, num) + observation.shape[1:])
+        return unflat(networks.representation(params, flat(moved)))
+
+    def dynamics(params, hidden, action):
+        moved = act_map[:, action].T  # [B, S]: the action in each symmetry's frame
+        next_hidden, reward_logits = networks.dynamics(params, flat(hidden), moved.reshape(-1))
+        return unflat(next_hidden), _mean_of_distributions(unflat(reward_logits))
+
+    def prediction(params, hidden):
+        policy_logits, value_logits = networks.prediction(params, flat(hidden))
+        policy = unflat(policy_logits)  # [B, S, A], each in its own frame
+        policy = jnp.take_along_axis(policy, jnp.broadcast_to(act_map[None], policy.shape),
+                                     axis=2)
+        return _mean_of_distributions(policy), _mean_of_distributions(unflat(value_logits))
+
+    def initial_inference(params, observation):
+        hidden = representation(params, observation)
+        policy_logits, value_logits = prediction(params, hidden)
+        reward_logits = jnp.zeros((observation.shape[0], networks.reward_bins), jnp.float32)
+        return NetworkOutput(hidden, reward_logits, policy_logits, value_logits)
+
+    def recurrent_inference(params, hidden, action):
+        next_hidden, reward_logits = dynamics(params, hidden, action)
+        policy_logits, value_logits = prediction(params, next_hidden)
+        return NetworkOutput(next_hidden, reward_logits, policy_logits, value_logits)
+
+    decoder = None
+    if networks.decoder is not None:
+        def decoder(params, hidden):
+            decoded = unflat(networks.decoder(params, flat(hidden)))  # [B, S, *obs], moved
+            b = decoded.shape[0]
+            cells = decoded.reshape(b, num, -1)
+            back = jnp.take_along_axis(cells, jnp.broadcast_to(obs_back[None], cells.shape),
+                                       axis=2)
+            return jnp.mean(back, axis=1).reshape((b,) + decoded.shape[2:])
+
+    return networks._replace(representation=representation, dynamics=dynamics,
+                             prediction=prediction, initial_inference=initial_inference,
+                             recurrent_inference=recurrent_inference, projection=None,
+                             decoder=decoder)

@@ -219,6 +219,7 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
 
     class ColumnZero(StandInAgent):
         step, config, model, weights = 7, preset("connect_four"), "learned", "online"
+        symmetry_ensemble = False
 
         def _num_simulations(self, n):
             return n or 1
@@ -227,7 +228,7 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
                        lambda s, ts, k: jax.numpy.argmax(ts.legal_action_mask, axis=-1))
     monkeypatch.setattr(muzero_jax.agent, "load_agent",
                         lambda logdir, step=None, search=None, search_kwargs=None,
-                        model="learned", weights=None: agent)
+                        model="learned", weights=None, symmetry_ensemble=None: agent)
     (tmp_path / "config.json").write_text("{}")
     assert main(["eval", "--logdir", str(tmp_path), "--opponent", "random", "--episodes", "3",
                  "--tactics"]) == 0
@@ -256,7 +257,7 @@ def test_an_agent_planning_in_the_game_beats_random_with_untrained_networks():
     config = dataclasses.replace(
         preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
         consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
-        reconstruction_loss_weight=0.0, search_model="learned",
+        reconstruction_loss_weight=0.0, search_model="learned", eval_symmetry_ensemble=False,
         mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)),
         search="muzero", search_kwargs='{"dirichlet_fraction": 0.0}')
     trainer = make_train(config)
@@ -292,7 +293,7 @@ def test_an_agent_planning_in_its_decoded_model():
     config = dataclasses.replace(
         preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
         consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
-        reconstruction_loss_weight=1.0,
+        reconstruction_loss_weight=1.0, eval_symmetry_ensemble=False,
         mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)))
     trainer = make_train(config)
     # Random weights everywhere (the initialisation zeroes the output layers),
@@ -333,3 +334,70 @@ def test_an_agent_planning_in_its_decoded_model():
     with pytest.raises(ValueError, match="not binary"):
         Agent(cartpole, cart_trainer, cart_trainer.init(jax.random.key(0)).params,
               model="decoded")
+
+
+def test_an_agent_with_the_symmetry_ensemble():
+    """`Agent(..., symmetry_ensemble=True)` (the default when the run's
+    `eval_symmetry_ensemble` is set, as in the Connect Four preset) searches
+    the decoded model of the mirror-averaged networks: the same result as the
+    run's search called by hand over `ensemble_networks`, and, unlike the
+    plain agent, the same root value and the mirrored policy on a board and
+    its mirror image. Refused, before anything is compiled, for a game
+    without symmetries."""
+    import dataclasses
+
+    import jax.numpy as jnp
+    import mctx
+
+    from muzero_jax.agent import Agent
+    from muzero_jax.learning import make_train
+    from muzero_jax.networks import MLPConfig
+    from muzero_jax.presets import preset
+    from muzero_jax.search import make_decoded_recurrent_fn, make_root_fn
+    from muzero_jax.symmetries import ensemble_networks, inverse_actions
+
+    config = dataclasses.replace(
+        preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
+        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
+        mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)))
+    trainer = make_train(config)
+    leaves, treedef = jax.tree.flatten(trainer.init(jax.random.key(0)).params)
+    params = jax.tree.unflatten(treedef, [
+        0.5 * jax.random.normal(k, x.shape, x.dtype)
+        for k, x in zip(jax.random.split(jax.random.key(5), len(leaves)), leaves)])
+    agent, plain = Agent(config, trainer, params), Agent(config, trainer, params,
+                                                         symmetry_ensemble=False)
+    assert agent.symmetry_ensemble and not plain.symmetry_ensemble and agent.model == "decoded"
+    env = agent.env
+    state, ts = jax.vmap(env.reset)(jax.random.split(jax.random.key(2), 2))
+    state, ts = jax.vmap(env.step)(state, jnp.asarray([1, 2], jnp.int32))  # off-centre
+    flip = np.asarray(inverse_actions(env.symmetries)[1])
+    mirror = jax.vmap(lambda o: o[:, ::-1])(ts.observation)
+    obs = jnp.concatenate([ts.observation, mirror])
+    legal = jnp.concatenate([ts.legal_action_mask, ts.legal_action_mask[:, flip]])
+    out = agent.search(obs, legal, num_simulations=8, rng=jax.random.key(3))
+
+    ens = ensemble_networks(trainer.networks, env.symmetries)
+    root = make_root_fn(ens, trainer.value_support)(params, obs)
+    recurrent = make_decoded_recurrent_fn(ens, trainer.value_support, trainer.reward_support,
+                                          discount=1.0, two_player=True)
+    by_hand = jax.jit(lambda p, r: trainer.search_fn(
+        p, jax.random.key(3), r, recurrent, num_simulations=8,
+        invalid_actions=~legal))(params, root)
+    np.testing.assert_allclose(out.value, by_hand.search_tree.node_values[:, mctx.Tree.ROOT_INDEX],
+                               rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(out.policy, by_hand.action_weights, rtol=1e-3, atol=1e-4)
+    # Mirror images: the ensemble's search sees one position.
+    np.testing.assert_allclose(out.value[2:], out.value[:2], atol=1e-4)
+    np.testing.assert_allclose(out.policy[2:], out.policy[:2][:, flip], atol=1e-4)
+    np.testing.assert_array_equal(out.action[2:], flip[np.asarray(out.action[:2])])
+    base = plain.search(obs, legal, num_simulations=8, rng=jax.random.key(3))
+    assert float(np.abs(base.value[2:] - base.value[:2]).max()) > 1e-3
+
+    catch = preset("catch")
+    catch_trainer = make_train(catch)
+    with pytest.raises(ValueError, match="board symmetries"):
+        Agent(catch, catch_trainer, catch_trainer.init(jax.random.key(0)).params,
+              symmetry_ensemble=True)
+    with pytest.raises(ValueError, match="eval_symmetry_ensemble is set, but"):
+        make_train(dataclasses.replace(catch, eval_symmetry_ensemble=True))

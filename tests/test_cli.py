@@ -247,3 +247,37 @@ def jax_leaves(tree):
     import jax
 
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def test_eval_symmetry_ensemble_defaults_to_the_runs_and_is_refused_without_symmetries(
+        tmp_path, capsys):
+    """`train --eval-symmetry-ensemble` is stored with the run, so `eval` and
+    `load_agent` average the networks over the board's symmetries by default;
+    `eval --symmetry-ensemble False` turns it off. A game without symmetries
+    gets one line, exit 2, before anything is compiled."""
+    from muzero_jax import load_agent
+
+    logdir = tmp_path / "ttt"
+    assert main(["train", "--env", "tic_tac_toe", "--logdir", str(logdir), "--max-iterations",
+                 "2", "--stop-at", "None", "--progress", "none", *TINY_ARGS,
+                 "--eval-symmetry-ensemble"]) == 0
+    base = ["eval", "--logdir", str(logdir), "--episodes", "2", "--num-simulations", "2"]
+    assert main(base) == 0
+    assert json.loads((logdir / "eval.json").read_text())["symmetry_ensemble"] is True
+    assert main(base + ["--symmetry-ensemble", "False"]) == 0
+    assert json.loads((logdir / "eval.json").read_text())["symmetry_ensemble"] is False
+    assert load_agent(logdir).symmetry_ensemble
+    assert not load_agent(logdir, symmetry_ensemble=False).symmetry_ensemble
+    capsys.readouterr()
+
+    catch = tmp_path / "catch"
+    assert main(["train", "--env", "catch", "--logdir", str(catch), "--max-iterations", "2",
+                 "--stop-at", "None", "--progress", "none", *TINY_ARGS]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--logdir", str(catch), "--symmetry-ensemble", "True"]) == 2
+    err = capsys.readouterr().err
+    assert "board symmetries" in err and len(err.strip().splitlines()) == 1
+    assert main(["train", "--env", "catch", "--logdir", str(tmp_path / "c2"),
+                 "--eval-symmetry-ensemble"]) == 2
+    err = capsys.readouterr().err
+    assert "eval_symmetry_ensemble is set, but" in err and len(err.strip().splitlines()) == 1

@@ -17,6 +17,8 @@ from muzero_jax.symmetries import (
     augment_batch,
     board_symmetries,
     check_symmetries,
+    check_symmetry_ensemble,
+    ensemble_networks,
     inverse_actions,
 )
 
@@ -237,3 +239,131 @@ def test_symmetries_that_do_not_fit_the_environment_are_refused_before_compiling
     env = dataclasses.replace(make_env("tic_tac_toe"), symmetries=cases[1][0])
     with pytest.raises(ValueError, match="permutation of range.9."):
         make_train(preset("tic_tac_toe", augment_symmetries=True), env=env)
+
+
+def _random_networks(game, seed=0):
+    """Untrained networks with a decoder for `game`'s shapes, and random params
+    (every weight drawn, the zero-initialised heads too: far from symmetric,
+    so the ensemble's averaging shows)."""
+    from muzero_jax.networks import MLPConfig, make_networks
+
+    env = make_env(game)
+    networks = make_networks(
+        MLPConfig(hidden_sizes=(32,), latent_size=16, head_hidden_sizes=(16,)),
+        num_actions=env.num_actions, value_bins=5, reward_bins=3,
+        observation_shape=env.observation_shape)
+    obs = jax.random.bernoulli(jax.random.key(seed), 0.3, (6,) + env.observation_shape)
+    obs = obs.astype(jnp.float32)
+    params = networks.init(jax.random.key(seed + 1), obs)
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(seed + 2), len(leaves))
+    params = jax.tree.unflatten(tree, [x + 0.5 * jax.random.normal(k, x.shape)
+                                       for x, k in zip(leaves, keys)])
+    return env, networks, params, obs
+
+
+def _probs(logits):
+    return np.asarray(jax.nn.softmax(logits, axis=-1))
+
+
+@pytest.mark.parametrize("game", ["connect_four", "tic_tac_toe"])
+def test_the_symmetry_ensemble_is_the_mean_over_the_moved_boards(game):
+    """Root and one step of the model, against the average computed by hand:
+    each symmetry's board (and action) through the plain networks, its policy
+    and decoding read back in the original frame, the distributions averaged."""
+    env, networks, params, obs = _random_networks(game)
+    sym = env.symmetries
+    ens = ensemble_networks(networks, sym)
+    act_map = inverse_actions(sym)
+    b, num = obs.shape[0], len(sym.observation_index)
+    action = jnp.asarray(np.arange(b) % env.num_actions, jnp.int32)
+
+    root = ens.initial_inference(params, obs)
+    step = ens.recurrent_inference(params, root.hidden, action)
+    decoded = np.asarray(ens.decoder(params, step.hidden))
+    want = {"root_policy": 0, "root_value": 0, "policy": 0, "value": 0, "reward": 0,
+            "decoded": 0}
+    for s in range(num):
+        moved = jnp.stack([jnp.asarray(_move(o, sym, s)) for o in np.asarray(obs)])
+        out = networks.initial_inference(params, moved)
+        nxt = networks.recurrent_inference(params, out.hidden, jnp.asarray(act_map[s])[action])
+        back = [list(sym.action_index[s]).index(a) for a in range(env.num_actions)]
+        assert back == list(act_map[s])  # entry a of the original is the moved's entry at s(a)
+        want["root_policy"] += _probs(out.policy_logits)[:, act_map[s]] / num
+        want["root_value"] += _probs(out.value_logits) / num
+        want["policy"] += _probs(nxt.policy_logits)[:, act_map[s]] / num
+        want["value"] += _probs(nxt.value_logits) / num
+        want["reward"] += _probs(nxt.reward_logits) / num
+        dec = np.asarray(networks.decoder(params, nxt.hidden)).reshape(b, -1)
+        unmoved = np.empty_like(dec)
+        unmoved[:, list(sym.observation_index[s])] = dec  # moved cell i is original cell idx[i]
+        want["decoded"] += unmoved.reshape(decoded.shape) / num
+    np.testing.assert_allclose(_probs(root.policy_logits), want["root_policy"], atol=1e-5)
+    np.testing.assert_allclose(_probs(root.value_logits), want["root_value"], atol=1e-5)
+    np.testing.assert_allclose(_probs(step.policy_logits), want["policy"], atol=1e-5)
+    np.testing.assert_allclose(_probs(step.value_logits), want["value"], atol=1e-5)
+    np.testing.assert_allclose(_probs(step.reward_logits), want["reward"], atol=1e-5)
+    np.testing.assert_allclose(decoded, want["decoded"], atol=1e-5)
+    # The mixture's logits are log-probabilities: exp sums to one.
+    np.testing.assert_allclose(np.exp(np.asarray(step.policy_logits)).sum(-1), 1.0, atol=1e-5)
+    # Unlike the plain networks, the ensemble differs from them (weights are random).
+    plain = networks.initial_inference(params, obs)
+    assert np.abs(_probs(plain.policy_logits) - _probs(root.policy_logits)).max() > 1e-3
+
+
+def test_the_symmetry_ensemble_is_equivariant():
+    """Connect Four: the ensemble of a mirrored board and mirrored action is
+    the mirror of the ensemble's output (policy, decoding), with the same value
+    and reward, as the game is; the plain random networks are not."""
+    env, networks, params, obs = _random_networks("connect_four", seed=3)
+    sym = env.symmetries
+    ens = ensemble_networks(networks, sym)
+    mirror = jnp.stack([jnp.asarray(_move(o, sym, 1)) for o in np.asarray(obs)])
+    action = jnp.asarray([0, 1, 2, 3, 4, 6], jnp.int32)
+    flip = inverse_actions(sym)[1]
+    a = ens.recurrent_inference(params, ens.representation(params, obs), action)
+    m = ens.recurrent_inference(params, ens.representation(params, mirror),
+                                jnp.asarray(flip)[action])
+    np.testing.assert_allclose(_probs(m.policy_logits), _probs(a.policy_logits)[:, flip],
+                               atol=1e-5)
+    np.testing.assert_allclose(_probs(m.value_logits), _probs(a.value_logits), atol=1e-5)
+    np.testing.assert_allclose(_probs(m.reward_logits), _probs(a.reward_logits), atol=1e-5)
+    dec_a = np.asarray(ens.decoder(params, a.hidden))
+    dec_m = np.asarray(ens.decoder(params, m.hidden))
+    np.testing.assert_allclose(dec_m, np.stack([_move(d, sym, 1) for d in dec_a]), atol=1e-5)
+    pa = networks.recurrent_inference(params, networks.representation(params, obs), action)
+    pm = networks.recurrent_inference(params, networks.representation(params, mirror),
+                                      jnp.asarray(flip)[action])
+    assert np.abs(_probs(pm.policy_logits) - _probs(pa.policy_logits)[:, flip]).max() > 1e-3
+
+
+def test_the_symmetry_ensemble_needs_symmetries():
+    with pytest.raises(ValueError, match="symmetry ensemble needs a game with board symmetries"):
+        check_symmetry_ensemble(make_env("catch"))
+    check_symmetry_ensemble(make_env("connect_four"))  # the games' own fit
+
+
+def test_the_trainers_evaluations_use_the_symmetry_ensemble():
+    """`eval_symmetry_ensemble`: `Trainer.evaluate` plays with the search over
+    the symmetry-averaged networks (the same returns as `make_evaluate` built
+    by hand over `ensemble_networks`); self-play's networks stay the plain ones."""
+    from muzero_jax.learning import make_evaluate, make_train
+    from muzero_jax.search import make_recurrent_fn, make_root_fn
+
+    config = _tiny_tic_tac_toe(eval_symmetry_ensemble=True, eval_episodes=6)
+    trainer = make_train(config)
+    leaves, tree = jax.tree.flatten(trainer.init(jax.random.key(0)).params)
+    keys = jax.random.split(jax.random.key(4), len(leaves))
+    params = jax.tree.unflatten(tree, [x + 0.5 * jax.random.normal(k, x.shape)
+                                       for x, k in zip(leaves, keys)])
+    ens = ensemble_networks(trainer.networks, trainer.env.symmetries)
+    by_hand = make_evaluate(
+        trainer.env, make_root_fn(ens, trainer.value_support),
+        make_recurrent_fn(ens, trainer.value_support, trainer.reward_support,
+                          discount=config.discount, two_player=True),
+        trainer.search_fn, num_simulations=config.eval_num_simulations or config.num_simulations,
+        num_episodes=6)
+    np.testing.assert_array_equal(np.asarray(trainer.evaluate(params, jax.random.key(1))),
+                                  np.asarray(by_hand(params, jax.random.key(1))))
+    # Self-play's (the trainer's) networks give one hidden state per board, not S.
+    assert trainer.networks.representation(params, jnp.zeros((1, 3, 3, 2))).ndim == 2
