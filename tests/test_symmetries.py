@@ -343,27 +343,46 @@ def test_the_symmetry_ensemble_needs_symmetries():
     check_symmetry_ensemble(make_env("connect_four"))  # the games' own fit
 
 
-def test_the_trainers_evaluations_use_the_symmetry_ensemble():
-    """`eval_symmetry_ensemble`: `Trainer.evaluate` plays with the search over
-    the symmetry-averaged networks (the same returns as `make_evaluate` built
-    by hand over `ensemble_networks`); self-play's networks stay the plain ones."""
-    from muzero_jax.learning import make_evaluate, make_train
+def test_the_trainers_evaluations_use_the_symmetry_ensemble(monkeypatch):
+    """`eval_symmetry_ensemble`: `Trainer.evaluate` is built over the
+    symmetry-averaged networks (its root and model give what `ensemble_networks`
+    gives, one hidden state per symmetry), while self-play's networks stay the
+    plain ones."""
+    import muzero_jax.learning as learning
     from muzero_jax.search import make_recurrent_fn, make_root_fn
 
-    config = _tiny_tic_tac_toe(eval_symmetry_ensemble=True, eval_episodes=6)
-    trainer = make_train(config)
+    built = {}
+    make_evaluate = learning.make_evaluate
+
+    def spy(env, root_fn, recurrent_fn, search_fn, **kwargs):
+        built.update(root_fn=root_fn, recurrent_fn=recurrent_fn)
+        return make_evaluate(env, root_fn, recurrent_fn, search_fn, **kwargs)
+
+    monkeypatch.setattr(learning, "make_evaluate", spy)
+    config = _tiny_tic_tac_toe(eval_symmetry_ensemble=True, eval_episodes=2)
+    trainer = learning.make_train(config)
     leaves, tree = jax.tree.flatten(trainer.init(jax.random.key(0)).params)
     keys = jax.random.split(jax.random.key(4), len(leaves))
     params = jax.tree.unflatten(tree, [x + 0.5 * jax.random.normal(k, x.shape)
                                        for x, k in zip(leaves, keys)])
-    ens = ensemble_networks(trainer.networks, trainer.env.symmetries)
-    by_hand = make_evaluate(
-        trainer.env, make_root_fn(ens, trainer.value_support),
-        make_recurrent_fn(ens, trainer.value_support, trainer.reward_support,
-                          discount=config.discount, two_player=True),
-        trainer.search_fn, num_simulations=config.eval_num_simulations or config.num_simulations,
-        num_episodes=6)
-    np.testing.assert_array_equal(np.asarray(trainer.evaluate(params, jax.random.key(1))),
-                                  np.asarray(by_hand(params, jax.random.key(1))))
+    env = trainer.env
+    _, ts = jax.vmap(env.reset)(jax.random.split(jax.random.key(1), 3))
+    _, ts = jax.vmap(env.step)(_, jnp.asarray([0, 1, 5], jnp.int32))
+    ens = ensemble_networks(trainer.networks, env.symmetries)
+    want_root = make_root_fn(ens, trainer.value_support)(params, ts.observation)
+    got_root = built["root_fn"](params, ts.observation)
+    assert got_root.embedding.shape[1] == 8  # one hidden state per symmetry of the square
+    action = jnp.asarray([2, 3, 4], jnp.int32)
+    want_step, _ = make_recurrent_fn(ens, trainer.value_support, trainer.reward_support,
+                                     discount=1.0, two_player=True)(
+        params, None, action, want_root.embedding)
+    got_step, _ = built["recurrent_fn"](params, None, action, got_root.embedding)
+    for got, want in ((got_root.prior_logits, want_root.prior_logits),
+                      (got_root.value, want_root.value), (got_step.value, want_step.value),
+                      (got_step.prior_logits, want_step.prior_logits)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    plain = make_root_fn(trainer.networks, trainer.value_support)(params, ts.observation)
+    assert np.abs(np.asarray(plain.value) - np.asarray(got_root.value)).max() > 1e-3
     # Self-play's (the trainer's) networks give one hidden state per board, not S.
-    assert trainer.networks.representation(params, jnp.zeros((1, 3, 3, 2))).ndim == 2
+    assert trainer.networks.representation(params, ts.observation).ndim == 2
+    assert trainer.evaluate(params, jax.random.key(1)).shape == (2,)
