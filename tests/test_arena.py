@@ -274,6 +274,30 @@ def test_an_agent_planning_in_the_game_beats_random_with_untrained_networks():
     assert rates["env"] >= 0.9 and rates["learned"] <= 0.75, rates
 
 
+def _tiny_decoded_connect_four(**overrides):
+    """A tiny Connect Four run of the preset (the decoded model, whose
+    reconstruction weight is 1) and random weights everywhere (the
+    initialisation zeroes the output layers), so that values, priors and
+    decoded boards are far from an untrained network's ~0 and ties."""
+    import dataclasses
+
+    from muzero_jax.learning import make_train
+    from muzero_jax.networks import MLPConfig
+    from muzero_jax.presets import preset
+
+    config = dataclasses.replace(
+        preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
+        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
+        reconstruction_loss_weight=1.0,
+        mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)), **overrides)
+    trainer = make_train(config)
+    leaves, treedef = jax.tree.flatten(trainer.init(jax.random.key(0)).params)
+    params = jax.tree.unflatten(treedef, [
+        0.5 * jax.random.normal(k, x.shape, x.dtype)
+        for k, x in zip(jax.random.split(jax.random.key(5), len(leaves)), leaves)])
+    return config, trainer, params
+
+
 def test_an_agent_planning_in_its_decoded_model():
     """`Agent(..., model="decoded")` runs the run's search over
     `search.make_decoded_recurrent_fn` (the same action, value and policy as
@@ -286,23 +310,10 @@ def test_an_agent_planning_in_its_decoded_model():
 
     from muzero_jax.agent import Agent
     from muzero_jax.learning import make_train
-    from muzero_jax.networks import MLPConfig
     from muzero_jax.presets import preset
     from muzero_jax.search import make_decoded_recurrent_fn, make_root_fn
 
-    config = dataclasses.replace(
-        preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
-        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
-        reconstruction_loss_weight=1.0, eval_symmetry_ensemble=False,
-        mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)))
-    trainer = make_train(config)
-    # Random weights everywhere (the initialisation zeroes the output layers),
-    # so that values, priors and decoded boards are far from an untrained
-    # network's ~0 and ties.
-    leaves, treedef = jax.tree.flatten(trainer.init(jax.random.key(0)).params)
-    params = jax.tree.unflatten(treedef, [
-        0.5 * jax.random.normal(k, x.shape, x.dtype)
-        for k, x in zip(jax.random.split(jax.random.key(5), len(leaves)), leaves)])
+    config, trainer, params = _tiny_decoded_connect_four(eval_symmetry_ensemble=False)
     agent = Agent(config, trainer, params, model="decoded")
     state, ts = jax.vmap(agent.env.reset)(jax.random.split(jax.random.key(2), 3))
     out = agent.search(ts.observation, ts.legal_action_mask, num_simulations=6,
@@ -351,20 +362,11 @@ def test_an_agent_with_the_symmetry_ensemble():
 
     from muzero_jax.agent import Agent
     from muzero_jax.learning import make_train
-    from muzero_jax.networks import MLPConfig
     from muzero_jax.presets import preset
     from muzero_jax.search import make_decoded_recurrent_fn, make_root_fn
     from muzero_jax.symmetries import ensemble_networks, inverse_actions
 
-    config = dataclasses.replace(
-        preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
-        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
-        mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)))
-    trainer = make_train(config)
-    leaves, treedef = jax.tree.flatten(trainer.init(jax.random.key(0)).params)
-    params = jax.tree.unflatten(treedef, [
-        0.5 * jax.random.normal(k, x.shape, x.dtype)
-        for k, x in zip(jax.random.split(jax.random.key(5), len(leaves)), leaves)])
+    config, trainer, params = _tiny_decoded_connect_four()
     agent, plain = Agent(config, trainer, params), Agent(config, trainer, params,
                                                          symmetry_ensemble=False)
     assert agent.symmetry_ensemble and not plain.symmetry_ensemble and agent.model == "decoded"

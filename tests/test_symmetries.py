@@ -254,12 +254,16 @@ def _random_networks(game, seed=0):
         observation_shape=env.observation_shape)
     obs = jax.random.bernoulli(jax.random.key(seed), 0.3, (6,) + env.observation_shape)
     obs = obs.astype(jnp.float32)
-    params = networks.init(jax.random.key(seed + 1), obs)
-    leaves, tree = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.key(seed + 2), len(leaves))
-    params = jax.tree.unflatten(tree, [x + 0.5 * jax.random.normal(k, x.shape)
-                                       for x, k in zip(leaves, keys)])
+    params = _perturbed(networks.init(jax.random.key(seed + 1), obs), seed + 2)
     return env, networks, params, obs
+
+
+def _perturbed(params, seed):
+    """`params` plus 0.5 x a standard normal draw per weight."""
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    return jax.tree.unflatten(tree, [x + 0.5 * jax.random.normal(k, x.shape)
+                                     for x, k in zip(leaves, keys)])
 
 
 def _probs(logits):
@@ -361,10 +365,7 @@ def test_the_trainers_evaluations_use_the_symmetry_ensemble(monkeypatch):
     monkeypatch.setattr(learning, "make_evaluate", spy)
     config = _tiny_tic_tac_toe(eval_symmetry_ensemble=True, eval_episodes=2)
     trainer = learning.make_train(config)
-    leaves, tree = jax.tree.flatten(trainer.init(jax.random.key(0)).params)
-    keys = jax.random.split(jax.random.key(4), len(leaves))
-    params = jax.tree.unflatten(tree, [x + 0.5 * jax.random.normal(k, x.shape)
-                                       for x, k in zip(leaves, keys)])
+    params = _perturbed(trainer.init(jax.random.key(0)).params, 4)
     env = trainer.env
     _, ts = jax.vmap(env.reset)(jax.random.split(jax.random.key(1), 3))
     _, ts = jax.vmap(env.step)(_, jnp.asarray([0, 1, 5], jnp.int32))
