@@ -177,7 +177,13 @@ class Config:
         evaluation of their search over the board's symmetries
         (`symmetries.ensemble_networks`: test-time augmentation, S times the
         network cost per simulation; Connect Four's mirror, S = 2). Needs an
-        environment with `symmetries` (the pgx games). Self-play never does.
+        environment with `symmetries` (the pgx games). Self-play does only
+        with `act_symmetry_ensemble`.
+      act_symmetry_ensemble: self-play's search too averages every network
+        evaluation over the board's symmetries, so the stored search
+        policies and values (the policy and value targets) come from the
+        averaged networks; S times the network cost of acting. Needs an
+        environment with `symmetries`.
       search: a built-in search name ("gumbel_muzero", "muzero", "puct",
         "muzero_paper") or "package.module:attr".
       search_kwargs: JSON object of keyword hyper-parameters for the search.
@@ -271,6 +277,7 @@ class Config:
     target_ema: float = 0.0
     eval_weights: Literal["online", "target"] = "online"
     eval_symmetry_ensemble: bool = False
+    act_symmetry_ensemble: bool = False
     search: str = "gumbel_muzero"
     search_kwargs: str = "{}"
     search_model: Literal["learned", "decoded"] = "learned"
@@ -403,9 +410,10 @@ class Config:
                 f"action_reconstruction_loss_weight={self.action_reconstruction_loss_weight} "
                 "needs action_reward_loss_weight > 0: it decodes the hidden states of the "
                 "same every-action dynamics")
-        if not isinstance(self.eval_symmetry_ensemble, bool):
-            raise ValueError(f"eval_symmetry_ensemble must be true or false, "
-                             f"got {self.eval_symmetry_ensemble!r}")
+        for name in ("eval_symmetry_ensemble", "act_symmetry_ensemble"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, "
+                                 f"got {getattr(self, name)!r}")
         if not isinstance(self.augment_symmetries, bool):
             raise ValueError(
                 f"augment_symmetries must be true or false, got {self.augment_symmetries!r}")

@@ -498,11 +498,12 @@ def make_train(
                 f"augment_symmetries is set, but the environment {env.name!r} has no "
                 "symmetries (the pgx board games have them)")
         check_symmetries(env.symmetries, env.observation_shape, env.num_actions)
-    if config.eval_symmetry_ensemble:
-        try:
-            check_symmetry_ensemble(env)
-        except ValueError as e:
-            raise ValueError(f"eval_symmetry_ensemble is set, but {e}") from None
+    for name in ("eval_symmetry_ensemble", "act_symmetry_ensemble"):
+        if getattr(config, name):
+            try:
+                check_symmetry_ensemble(env)
+            except ValueError as e:
+                raise ValueError(f"{name} is set, but {e}") from None
     two_player = env.num_players == 2
     signed_discount = -config.discount if two_player else config.discount
 
@@ -533,6 +534,13 @@ def make_train(
     recurrent_fn = make_model(
         networks, value_support, reward_support, discount=config.discount, two_player=two_player
     )
+    ensemble_root_fn = ensemble_recurrent_fn = None
+    if config.eval_symmetry_ensemble or config.act_symmetry_ensemble:
+        # The same search on the networks averaged over the board's symmetries.
+        ensemble = ensemble_networks(networks, env.symmetries)
+        ensemble_root_fn = make_root_fn(ensemble, value_support)
+        ensemble_recurrent_fn = make_model(ensemble, value_support, reward_support,
+                                           discount=config.discount, two_player=two_player)
     # A built-in search without search_kwargs is known to fit; anything else
     # (a user's search, or kwargs that may not bind) is checked once with
     # abstract shapes before anything is compiled. Tracing mctx's search for
@@ -562,8 +570,11 @@ def make_train(
         alpha=config.priority_alpha,
     )
     optimizer, lr_schedule = make_optimizer(config)
+    act_root_fn, act_recurrent_fn = root_fn, recurrent_fn
+    if config.act_symmetry_ensemble:
+        act_root_fn, act_recurrent_fn = ensemble_root_fn, ensemble_recurrent_fn
     act_step = make_act_step(
-        env, root_fn, recurrent_fn, search_fn, num_simulations=config.num_simulations,
+        env, act_root_fn, act_recurrent_fn, search_fn, num_simulations=config.num_simulations,
         use_search_action=config.act_with_search_action,
         exploration_plies=config.exploration_plies,
         random_move_prob=config.random_move_prob,
@@ -816,11 +827,8 @@ def make_train(
         )
 
     eval_root_fn, eval_recurrent_fn = root_fn, recurrent_fn
-    if config.eval_symmetry_ensemble:  # the same search on the symmetry-averaged networks
-        eval_networks = ensemble_networks(networks, env.symmetries)
-        eval_root_fn = make_root_fn(eval_networks, value_support)
-        eval_recurrent_fn = make_model(eval_networks, value_support, reward_support,
-                                       discount=config.discount, two_player=two_player)
+    if config.eval_symmetry_ensemble:
+        eval_root_fn, eval_recurrent_fn = ensemble_root_fn, ensemble_recurrent_fn
     evaluate = make_evaluate(
         env, eval_root_fn, eval_recurrent_fn, search_fn,
         num_simulations=config.eval_num_simulations or config.num_simulations,

@@ -281,3 +281,14 @@ def test_eval_symmetry_ensemble_defaults_to_the_runs_and_is_refused_without_symm
                  "--eval-symmetry-ensemble"]) == 2
     err = capsys.readouterr().err
     assert "eval_symmetry_ensemble is set, but" in err and len(err.strip().splitlines()) == 1
+
+
+def test_train_act_symmetry_ensemble_is_refused_without_symmetries(tmp_path, capsys):
+    """`train --act-symmetry-ensemble` on a game without board symmetries:
+    one line, exit 2, and no run directory is left behind."""
+    logdir = tmp_path / "catch"
+    assert main(["train", "--env", "catch", "--logdir", str(logdir),
+                 "--act-symmetry-ensemble"]) == 2
+    err = capsys.readouterr().err
+    assert "act_symmetry_ensemble is set, but" in err and len(err.strip().splitlines()) == 1
+    assert not (logdir / "checkpoints").exists()

@@ -38,6 +38,7 @@ def test_defaults_and_derived_values():
         ("eval_weights", "ema", "eval_weights must be 'online' or 'target'"),
         ("eval_weights", "target", "set target_ema > 0"),
         ("eval_symmetry_ensemble", "yes", "eval_symmetry_ensemble must be true or false"),
+        ("act_symmetry_ensemble", 1, "act_symmetry_ensemble must be true or false"),
         ("random_move_prob", 1.0, r"random_move_prob must be a number in \[0, 1\)"),
         ("random_move_prob", -0.1, "random_move_prob must be a number"),
         ("random_move_prob", True, "random_move_prob must be a number"),

@@ -387,3 +387,60 @@ def test_the_trainers_evaluations_use_the_symmetry_ensemble(monkeypatch):
     # Self-play's (the trainer's) networks give one hidden state per board, not S.
     assert trainer.networks.representation(params, ts.observation).ndim == 2
     assert trainer.evaluate(params, jax.random.key(1)).shape == (2,)
+
+
+@pytest.mark.parametrize("act_ensemble", [True, False])
+def test_self_play_searches_the_symmetry_ensemble_only_when_asked(monkeypatch, act_ensemble):
+    """`act_symmetry_ensemble`: self-play's search (the first `make_act_step`
+    that `make_train` builds; the evaluation's comes later) runs over the
+    symmetry-averaged networks, so its stored search values and policies are
+    the ensemble's; without it, over the plain networks."""
+    import muzero_jax.learning as learning
+    from muzero_jax.search import make_recurrent_fn, make_root_fn
+
+    calls = []
+    make_act_step = learning.make_act_step
+
+    def spy(env, root_fn, recurrent_fn, search_fn, **kwargs):
+        calls.append((root_fn, recurrent_fn))
+        return make_act_step(env, root_fn, recurrent_fn, search_fn, **kwargs)
+
+    monkeypatch.setattr(learning, "make_act_step", spy)
+    config = _tiny_tic_tac_toe(act_symmetry_ensemble=act_ensemble)
+    trainer = learning.make_train(config)
+    params = _perturbed(trainer.init(jax.random.key(0)).params, 5)
+    env = trainer.env
+    _, ts = jax.vmap(env.reset)(jax.random.split(jax.random.key(2), 3))
+    _, ts = jax.vmap(env.step)(_, jnp.asarray([4, 0, 8], jnp.int32))
+    nets = ensemble_networks(trainer.networks, env.symmetries) if act_ensemble \
+        else trainer.networks
+    want_root = make_root_fn(nets, trainer.value_support)(params, ts.observation)
+    root_fn, recurrent_fn = calls[0]
+    got_root = root_fn(params, ts.observation)
+    action = jnp.asarray([1, 2, 3], jnp.int32)
+    want_step, _ = make_recurrent_fn(nets, trainer.value_support, trainer.reward_support,
+                                     discount=1.0, two_player=True)(
+        params, None, action, want_root.embedding)
+    got_step, _ = recurrent_fn(params, None, action, got_root.embedding)
+    for got, want in ((got_root.prior_logits, want_root.prior_logits),
+                      (got_root.value, want_root.value), (got_step.value, want_step.value),
+                      (got_step.reward, want_step.reward),
+                      (got_step.prior_logits, want_step.prior_logits)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    other = trainer.networks if act_ensemble else ensemble_networks(trainer.networks,
+                                                                    env.symmetries)
+    other_root = make_root_fn(other, trainer.value_support)(params, ts.observation)
+    assert np.abs(np.asarray(other_root.value) - np.asarray(got_root.value)).max() > 1e-3
+    # One training iteration runs with it (acting, storing, learning).
+    state = trainer.init(jax.random.key(3))
+    for _ in range(3):
+        state, metrics = trainer.iteration(state)
+    assert bool(metrics.finite) and bool(metrics.learned)
+
+
+def test_act_symmetry_ensemble_is_refused_without_symmetries():
+    from muzero_jax.learning import make_train
+    from muzero_jax.presets import preset
+
+    with pytest.raises(ValueError, match="act_symmetry_ensemble is set, but .*'catch' has none"):
+        make_train(preset("catch", act_symmetry_ensemble=True))
