@@ -541,6 +541,9 @@ def make_train(
         ensemble_root_fn = make_root_fn(ensemble, value_support)
         ensemble_recurrent_fn = make_model(ensemble, value_support, reward_support,
                                            discount=config.discount, two_player=two_player)
+    act_root_fn, act_recurrent_fn = root_fn, recurrent_fn
+    if config.act_symmetry_ensemble:
+        act_root_fn, act_recurrent_fn = ensemble_root_fn, ensemble_recurrent_fn
     # A built-in search without search_kwargs is known to fit; anything else
     # (a user's search, or kwargs that may not bind) is checked once with
     # abstract shapes before anything is compiled. Tracing mctx's search for
@@ -555,8 +558,8 @@ def make_train(
     if not trusted:
         obs_spec = jax.ShapeDtypeStruct((local_envs,) + env.observation_shape, jnp.float32)
         params_spec = jax.eval_shape(networks.init, jax.random.key(0), obs_spec)
-        check_search_fn(
-            search_fn, root_fn, recurrent_fn, params_spec, obs_spec,
+        check_search_fn(  # with the functions self-play's search will be given
+            search_fn, act_root_fn, act_recurrent_fn, params_spec, obs_spec,
             jax.ShapeDtypeStruct((local_envs, env.num_actions), jnp.bool_),
             num_simulations=config.num_simulations,
         )
@@ -570,9 +573,6 @@ def make_train(
         alpha=config.priority_alpha,
     )
     optimizer, lr_schedule = make_optimizer(config)
-    act_root_fn, act_recurrent_fn = root_fn, recurrent_fn
-    if config.act_symmetry_ensemble:
-        act_root_fn, act_recurrent_fn = ensemble_root_fn, ensemble_recurrent_fn
     act_step = make_act_step(
         env, act_root_fn, act_recurrent_fn, search_fn, num_simulations=config.num_simulations,
         use_search_action=config.act_with_search_action,
