@@ -29,6 +29,7 @@ import mctx
 import numpy as np
 
 from muzero_jax.acting import init_actor
+from muzero_jax.arena import match_env
 from muzero_jax.checkpoint import Checkpointer, find_checkpoint_dir
 from muzero_jax.config import Config, config_from_dict
 from muzero_jax.envs import Environment
@@ -123,9 +124,12 @@ class Agent:
         self.weights = weights
         self.symmetry_ensemble = bool(symmetry_ensemble)
         if model == "env":
+            # The game the matches are played in: a run's self-play options
+            # (`env_kwargs`, e.g. Go's `min_plies_before_pass`) shape only
+            # its self-play, so the real game planned in is the standard one.
             self._root_fn = make_env_root_fn(networks, trainer.value_support)
             self._recurrent_fn = make_env_recurrent_fn(
-                self.env, networks, trainer.value_support, discount=config.discount)
+                match_env(self), networks, trainer.value_support, discount=config.discount)
         else:
             if model == "decoded":
                 check_decoded_model(trainer.networks, self.env,

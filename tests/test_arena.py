@@ -403,3 +403,66 @@ def test_an_agent_with_the_symmetry_ensemble():
               symmetry_ensemble=True)
     with pytest.raises(ValueError, match="eval_symmetry_ensemble is set, but"):
         make_train(dataclasses.replace(catch, eval_symmetry_ensemble=True))
+
+
+def test_planning_in_the_game_uses_the_standard_game_not_the_self_play_options():
+    """A run's `env_kwargs` shape only its self-play (Go's `score_reward`
+    makes the final reward the area margin): `model="env"` plans in the game
+    the matches are played in, the standard one, whose final reward is +-1.
+    Black, whose one stone owns the board, may end the game by passing after
+    white's pass: that child's value is +1 in the standard game ((81 - 7.5) /
+    88.5 with the score reward), so the search's policy is the same as a run
+    without the options', and differs from a search in the scored game."""
+    import dataclasses
+
+    from muzero_jax.agent import Agent
+    from muzero_jax.envs import make_env
+    from muzero_jax.learning import make_train
+    from muzero_jax.networks import ResNetConfig
+    from muzero_jax.presets import preset
+    from muzero_jax.search import make_env_recurrent_fn
+
+    def tiny(env_kwargs):
+        return dataclasses.replace(
+            preset("go_9x9"), env_kwargs=env_kwargs, num_envs=2, batch_size=2,
+            min_replay_steps=9, replay_capacity=16, rollout_length=4, td_steps=6,
+            replay_ratio=0.125, num_simulations=4,
+            # Every legal move considered and visited once: the pass's value counts.
+            search_kwargs='{"gumbel_scale": 0.0, "max_num_considered_actions": 82}',
+            resnet=ResNetConfig(channels=4, num_blocks=1, downsample=False,
+                                head_channels=2, head_hidden_sizes=(8,)))
+
+    game = make_env("go_9x9")
+    state, ts = game.reset(jax.random.key(0))
+    for action in (40, 81):  # black's stone in the centre, white passes
+        state, ts = game.step(state, action)
+    state, ts = jax.tree.map(lambda x: x[None], (state, ts))
+    assert bool(ts.legal_action_mask[0, 81])
+
+    plain = tiny("{}")
+    trainer = make_train(plain)
+    # Random weights everywhere (the initialisation zeroes the output layers),
+    # so the other moves' values differ and the search's min-max scaling of
+    # values does not hide the pass's.
+    leaves, treedef = jax.tree.flatten(trainer.init(jax.random.key(0)).params)
+    params = jax.tree.unflatten(treedef, [
+        0.5 * jax.random.normal(k, x.shape, x.dtype)
+        for k, x in zip(jax.random.split(jax.random.key(5), len(leaves)), leaves)])
+
+    def policy(agent):
+        return np.asarray(agent.search(ts.observation, ts.legal_action_mask, num_simulations=82,
+                                       rng=jax.random.key(1), env_state=state).policy)
+
+    scored_config = tiny('{"score_reward": true}')
+    scored_run = Agent(scored_config, make_train(scored_config), params, model="env")
+    assert scored_run.env.name == "go_9x9"
+    expected = policy(Agent(plain, trainer, params, model="env"))
+    np.testing.assert_allclose(policy(scored_run), expected, atol=1e-6)
+
+    # Planning in the scored game instead gives the pass a lower value, and so
+    # another policy: the comparison above tells the two games apart.
+    in_scored_game = Agent(plain, trainer, params, model="env")
+    in_scored_game._recurrent_fn = make_env_recurrent_fn(
+        make_env("go_9x9", score_reward=True), trainer.networks, trainer.value_support,
+        discount=1.0)
+    assert not np.allclose(policy(in_scored_game), expected, atol=1e-3)
