@@ -214,6 +214,9 @@ class Config:
         at every ply and for both players; evaluation never does). The row
         keeps the search's policy and value as targets, and the dynamics
         learns the moves a weak or random opponent makes. 0 (default) is off.
+        In Go at 0.2 (one seed) it held learning back: the final outcomes
+        the values learn from are those of games full of blunders (README,
+        Board games).
       replay_capacity: time steps kept per environment.
       prioritized_replay: prioritised (True) or uniform (False) sampling.
       priority_alpha: priority exponent alpha.

@@ -181,20 +181,30 @@ def test_go_score_reward_is_the_movers_area_margin():
 
 
 def test_go_env_kwargs_shape_self_play_but_matches_play_the_real_game():
+    """The Go preset's self-play holds pass back until ply 81 and scores the
+    final area margin (and its evaluations take the moving average); the
+    agent's matches are the standard game, ended +-1."""
     import dataclasses
 
     from muzero_jax.agent import Agent
     from muzero_jax.arena import match_env
     from muzero_jax.learning import make_train
 
-    config = dataclasses.replace(_tiny_go_config(), env_kwargs='{"min_plies_before_pass": 81}')
+    config = _tiny_go_config()
+    assert config.parsed_env_kwargs() == {"min_plies_before_pass": 81, "score_reward": True}
+    assert config.target_ema == 0.001 and config.eval_weights == "target"
     trainer = make_train(config)
     _, ts = trainer.env.reset(jax.random.key(0))
     assert not bool(ts.legal_action_mask[81])  # self-play: no pass before ply 81
     agent = Agent(config, trainer, params=None)
-    _, ts = match_env(agent).reset(jax.random.key(0))
+    game = match_env(agent)
+    state, ts = game.reset(jax.random.key(0))
     assert bool(ts.legal_action_mask[81]) and bool(ts.legal_action_mask.all())
-    plain = Agent(_tiny_go_config(), make_train(_tiny_go_config()), params=None)
+    for action in (40, 81, 81):  # a stone and two passes: the standard +-1 ending
+        state, ts = game.step(state, action)
+    assert bool(ts.last) and float(ts.reward) in (-1.0, 1.0)
+    plain_config = dataclasses.replace(config, env_kwargs="{}")
+    plain = Agent(plain_config, make_train(plain_config), params=None)
     assert match_env(plain) is plain.env
 
 
