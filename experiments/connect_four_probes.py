@@ -1,0 +1,171 @@
+"""Connect Four probes of a trained run: does its learned model see the
+opponent's winning replies, and does a search that looks for them win more?
+
+Two probes, each on a run directory (`muzero-jax train --logdir RUN`), with
+the run's evaluation settings (its `search_model`, `eval_weights` and
+`eval_symmetry_ensemble`, as `muzero-jax eval` uses them):
+
+`--reply-detection RUN`: on the 1,024 tactics positions of
+`experiments/board_games.py` (random play, labelled on the real game), for
+every legal move of the must-block positions, the model's step to the
+position after the move (decoded to the board, rounded and encoded again in
+the decoded model, as the search does), then its predicted reward for every
+reply there. Prints, after the moves that let the opponent win at once
+("losing") and after the others ("safe"): the mean best reply reward, the
+share above 0.5, the value of the position after the move (for the player to
+reply), and the share of decoded boards that equal the real one.
+
+`--win-lookahead RUN`: `muzero-jax eval --opponent mcts` with one change to
+the search: every node the search expands also gets the model's reward for
+each move from it (one more dynamics call per move), and where one of them
+is above `--threshold` the node's value becomes at least that reward. In
+the pgx two-player games a positive reward for the mover comes only with a
+winning move, after which nothing follows, so that reward is a lower bound
+of the node's value for the player to move there: a move that lets the
+opponent win at once is refuted on its first visit, whatever the prior of
+the winning reply. The learned model's rewards only, no rule of the game.
+
+    python experiments/connect_four_probes.py --reply-detection RUN
+    python experiments/connect_four_probes.py --win-lookahead RUN --seed 1 --episodes 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+
+def _search_networks(agent):
+    """The networks the agent's search evaluates (the ensemble when it uses one)."""
+    from muzero_jax.symmetries import ensemble_networks
+
+    networks = agent.trainer.networks
+    if agent.symmetry_ensemble:
+        networks = ensemble_networks(networks, agent.env.symmetries)
+    return networks
+
+
+def _move_rewards(networks, params, reward_support, hidden, num_actions: int):
+    """`[A, B]`: the model's reward for each move from hidden states `[B, ...]`."""
+    batch = jax.tree.leaves(hidden)[0].shape[0]
+
+    def reward_of(action):
+        _, logits = networks.dynamics(params, hidden, jnp.full((batch,), action, jnp.int32))
+        return reward_support.logits_to_scalar(logits)
+
+    return jax.vmap(reward_of)(jnp.arange(num_actions))
+
+
+def with_win_lookahead(recurrent_fn, networks, reward_support, num_actions: int,
+                       threshold: float = 0.5):
+    """`recurrent_fn` whose nodes' values are at least their best move's
+    predicted reward, where that reward is above `threshold` (see the module
+    docstring for when that is a bound)."""
+
+    def wrapped(params, rng_key, action, embedding):
+        output, hidden = recurrent_fn(params, rng_key, action, embedding)
+        best = _move_rewards(networks, params, reward_support, hidden, num_actions).max(0)
+        value = jnp.where(best > threshold, jnp.maximum(output.value, best), output.value)
+        return output.replace(value=value), hidden
+
+    return wrapped
+
+
+def win_lookahead_eval(logdir: str, *, episodes: int, seed: int, threshold: float,
+                       opponent: str = "mcts") -> dict:
+    from muzero_jax import load_agent
+    from muzero_jax.arena import evaluate_against
+
+    agent = load_agent(logdir)
+    if agent.model == "env":
+        raise ValueError("the win lookahead is for a learned model; this run plans in the game")
+    agent._recurrent_fn = with_win_lookahead(
+        agent._recurrent_fn, _search_networks(agent), agent.trainer.reward_support,
+        agent.env.num_actions, threshold)
+    stats = evaluate_against(agent, opponent, num_games=episodes, rng_key=jax.random.key(seed))
+    row = {"run": logdir, "step": agent.step, "seed": seed, "threshold": threshold,
+           "model": agent.model, "weights": agent.weights,
+           "symmetry_ensemble": agent.symmetry_ensemble, **stats}
+    print(json.dumps(row))
+    return row
+
+
+def reply_detection(logdir: str) -> dict:
+    from experiments.board_games import _connect_four_positions
+    from muzero_jax import load_agent
+    from muzero_jax.envs.pgx import pgx_game
+
+    agent = load_agent(logdir)
+    networks, params = _search_networks(agent), agent.params
+    value_support, reward_support = agent.trainer.value_support, agent.trainer.reward_support
+    num_actions = agent.env.num_actions
+    decoded_model = agent.model == "decoded"
+    positions = _connect_four_positions()
+
+    @jax.jit
+    def after_every_move(observation):
+        root = networks.representation(params, observation)
+
+        def after(action):
+            batch = observation.shape[0]
+            hidden, _ = networks.dynamics(params, root, jnp.full((batch,), action, jnp.int32))
+            board = jnp.zeros_like(observation)
+            if networks.decoder is not None:
+                board = (networks.decoder(params, hidden) >= 0.5).astype(jnp.float32)
+            if decoded_model:
+                hidden = networks.representation(params, board)
+            value = value_support.logits_to_scalar(networks.prediction(params, hidden)[1])
+            best = _move_rewards(networks, params, reward_support, hidden, num_actions).max(0)
+            return best, value, board
+
+        return jax.vmap(after)(jnp.arange(num_actions))  # leaves [A, B, ...]
+
+    best, value, board = (np.swapaxes(np.asarray(x), 0, 1)
+                          for x in after_every_move(positions.observation))
+    game = pgx_game("connect_four")
+    real = np.asarray(jax.jit(jax.vmap(lambda g: jax.vmap(game.step, (None, 0))(
+        g, jnp.arange(num_actions)).observation))(positions.game), np.float32)
+    exact = (board.reshape(real.shape) == real).reshape(real.shape[:2] + (-1,)).all(-1)
+    must_block = np.asarray(positions.must_block)[:, None]
+    legal, loses = np.asarray(positions.legal_action_mask), np.asarray(positions.loses)
+    row = {"run": logdir, "step": agent.step, "model": agent.model, "weights": agent.weights,
+           "symmetry_ensemble": agent.symmetry_ensemble,
+           "must_block_positions": int(must_block.sum())}
+    for name, sel in (("losing", must_block & loses), ("safe", must_block & legal & ~loses)):
+        row[f"moves_{name}"] = int(sel.sum())
+        row[f"best_reply_reward_after_{name}"] = float(best[sel].mean())
+        row[f"reply_reward_above_half_after_{name}"] = float((best[sel] > 0.5).mean())
+        row[f"value_after_{name}"] = float(value[sel].mean())
+        if decoded_model:
+            row[f"decoded_board_exact_after_{name}"] = float(exact[sel].mean())
+    print(json.dumps(row))
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    probe = parser.add_mutually_exclusive_group(required=True)
+    probe.add_argument("--reply-detection", metavar="RUN")
+    probe.add_argument("--win-lookahead", metavar="RUN")
+    parser.add_argument("--episodes", type=int, default=100, help="games per seat")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the evaluation games")
+    parser.add_argument("--threshold", type=float, default=0.5)
+    parser.add_argument("--opponent", default="mcts")
+    args = parser.parse_args(argv)
+    if args.reply_detection:
+        reply_detection(args.reply_detection)
+    else:
+        win_lookahead_eval(args.win_lookahead, episodes=args.episodes, seed=args.seed,
+                           threshold=args.threshold, opponent=args.opponent)
+
+
+if __name__ == "__main__":
+    main()
