@@ -53,26 +53,21 @@ def _search_networks(agent):
     return networks
 
 
-def _move_rewards(networks, params, reward_support, hidden, num_actions: int):
-    """`[A, B]`: the model's reward for each move from hidden states `[B, ...]`."""
-    batch = jax.tree.leaves(hidden)[0].shape[0]
+def _best_move_reward(networks, params, reward_support, hidden):
+    """`[B]`: the model's highest reward over the moves from hidden states `[B, ...]`."""
+    from experiments.board_games import _every_move
 
-    def reward_of(action):
-        _, logits = networks.dynamics(params, hidden, jnp.full((batch,), action, jnp.int32))
-        return reward_support.logits_to_scalar(logits)
-
-    return jax.vmap(reward_of)(jnp.arange(num_actions))
+    return _every_move(networks, params, reward_support, hidden)[1].max(axis=1)
 
 
-def with_win_lookahead(recurrent_fn, networks, reward_support, num_actions: int,
-                       threshold: float = 0.5):
+def with_win_lookahead(recurrent_fn, networks, reward_support, threshold: float = 0.5):
     """`recurrent_fn` whose nodes' values are at least their best move's
     predicted reward, where that reward is above `threshold` (see the module
     docstring for when that is a bound)."""
 
     def wrapped(params, rng_key, action, embedding):
         output, hidden = recurrent_fn(params, rng_key, action, embedding)
-        best = _move_rewards(networks, params, reward_support, hidden, num_actions).max(0)
+        best = _best_move_reward(networks, params, reward_support, hidden)
         value = jnp.where(best > threshold, jnp.maximum(output.value, best), output.value)
         return output.replace(value=value), hidden
 
@@ -88,8 +83,7 @@ def win_lookahead_eval(logdir: str, *, episodes: int, seed: int, threshold: floa
     if agent.model == "env":
         raise ValueError("the win lookahead is for a learned model; this run plans in the game")
     agent._recurrent_fn = with_win_lookahead(
-        agent._recurrent_fn, _search_networks(agent), agent.trainer.reward_support,
-        agent.env.num_actions, threshold)
+        agent._recurrent_fn, _search_networks(agent), agent.trainer.reward_support, threshold)
     stats = evaluate_against(agent, opponent, num_games=episodes, rng_key=jax.random.key(seed))
     row = {"run": logdir, "step": agent.step, "seed": seed, "threshold": threshold,
            "model": agent.model, "weights": agent.weights,
@@ -123,7 +117,7 @@ def reply_detection(logdir: str) -> dict:
             if decoded_model:
                 hidden = networks.representation(params, board)
             value = value_support.logits_to_scalar(networks.prediction(params, hidden)[1])
-            best = _move_rewards(networks, params, reward_support, hidden, num_actions).max(0)
+            best = _best_move_reward(networks, params, reward_support, hidden)
             return best, value, board
 
         return jax.vmap(after)(jnp.arange(num_actions))  # leaves [A, B, ...]

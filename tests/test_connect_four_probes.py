@@ -43,7 +43,7 @@ def test_win_lookahead_takes_the_best_winning_reward_as_a_lower_bound():
                                      prior_logits=jnp.zeros((4, 3)), value=values)
         return out, hidden
 
-    fn = with_win_lookahead(base, networks, support, num_actions=3, threshold=0.5)
+    fn = with_win_lookahead(base, networks, support, threshold=0.5)
     out, next_hidden = fn((), jax.random.key(0), jnp.zeros(4, jnp.int32), hidden)
     # 0.8 > 0.2 and 0.95 > -0.6 are winning rewards: they bound the value from
     # below; 0.7 < 0.9 leaves the value; 0.4 is under the threshold.
