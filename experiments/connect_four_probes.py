@@ -98,8 +98,10 @@ def reply_detection(logdir: str) -> dict:
     from muzero_jax.envs.pgx import pgx_game
 
     agent = load_agent(logdir)
+    if agent.model == "env":
+        raise ValueError("reply detection probes a learned model; this run plans in the game")
     networks, params = _search_networks(agent), agent.params
-    value_support, reward_support = agent.trainer.value_support, agent.trainer.reward_support
+    reward_support = agent.trainer.reward_support
     num_actions = agent.env.num_actions
     decoded_model = agent.model == "decoded"
     positions = _connect_four_positions()
@@ -109,16 +111,16 @@ def reply_detection(logdir: str) -> dict:
         root = networks.representation(params, observation)
 
         def after(action):
-            batch = observation.shape[0]
-            hidden, _ = networks.dynamics(params, root, jnp.full((batch,), action, jnp.int32))
-            board = jnp.zeros_like(observation)
-            if networks.decoder is not None:
-                board = (networks.decoder(params, hidden) >= 0.5).astype(jnp.float32)
-            if decoded_model:
-                hidden = networks.representation(params, board)
-            value = value_support.logits_to_scalar(networks.prediction(params, hidden)[1])
+            actions = jnp.full((observation.shape[0],), action, jnp.int32)
+            # The search's own step (re-grounded in the decoded board when the
+            # run plans in the decoded model): the value and hidden state there.
+            output, hidden = agent._recurrent_fn(params, None, actions, root)
             best = _best_move_reward(networks, params, reward_support, hidden)
-            return best, value, board
+            board = jnp.zeros_like(observation)
+            if decoded_model:  # the board that step decoded, for the exactness share
+                board = (networks.decoder(params, networks.dynamics(params, root, actions)[0])
+                         >= 0.5).astype(jnp.float32)
+            return best, output.value, board
 
         return jax.vmap(after)(jnp.arange(num_actions))  # leaves [A, B, ...]
 
