@@ -231,7 +231,8 @@ PRESETS: dict[str, Config] = {
         # Evaluating with the networks averaged over the square's eight
         # symmetries (S = 8 times the network cost of a simulation; not in
         # self-play): the H200 bfloat16 run of seed 1 won 0.835 / 0.95 with it
-        # and 0.575 / 0.815 without, the same 200 games per seat (README, Board games).
+        # and 0.575 / 0.815 without, 200 games per seat each with the same rng
+        # key (README, Board games).
         eval_symmetry_ensemble=True,
         num_envs=256,
         rollout_length=16,
