@@ -233,7 +233,7 @@ PRESETS: dict[str, Config] = {
         # self-play): the H200 bfloat16 run of seed 1 won 0.835 / 0.95 with it
         # and 0.575 / 0.815 without, 200 games per seat each with the same rng
         # key; seed 0's stronger state 0.95 / 0.89 against 0.92 / 0.98 (64
-        # games per seat, within noise): +0.15 / +0.02 over the two seeds
+        # games per seat; as white a possible loss): +0.15 / +0.02 over the two seeds
         # (README, Board games).
         eval_symmetry_ensemble=True,
         num_envs=256,
