@@ -116,20 +116,24 @@ def reply_detection(logdir: str) -> dict:
             # run plans in the decoded model): the value and hidden state there.
             output, hidden = agent._recurrent_fn(params, None, actions, root)
             best = _best_move_reward(networks, params, reward_support, hidden)
-            board = jnp.zeros_like(observation)
-            if decoded_model:  # the board that step decoded, for the exactness share
-                board = (networks.decoder(params, networks.dynamics(params, root, actions)[0])
-                         >= 0.5).astype(jnp.float32)
+            if not decoded_model:
+                return best, output.value
+            # The board that step decoded, for the exactness share (recurrent_fn
+            # does not return it, so the dynamics run once more here).
+            board = (networks.decoder(params, networks.dynamics(params, root, actions)[0])
+                     >= 0.5).astype(jnp.float32)
             return best, output.value, board
 
         return jax.vmap(after)(jnp.arange(num_actions))  # leaves [A, B, ...]
 
-    best, value, board = (np.swapaxes(np.asarray(x), 0, 1)
-                          for x in after_every_move(positions.observation))
-    game = pgx_game("connect_four")
-    real = np.asarray(jax.jit(jax.vmap(lambda g: jax.vmap(game.step, (None, 0))(
-        g, jnp.arange(num_actions)).observation))(positions.game), np.float32)
-    exact = (board.reshape(real.shape) == real).reshape(real.shape[:2] + (-1,)).all(-1)
+    outputs = [np.swapaxes(np.asarray(x), 0, 1)
+               for x in after_every_move(positions.observation)]
+    best, value = outputs[:2]
+    if decoded_model:  # only the decoded model's boards can be compared with the game's
+        game = pgx_game("connect_four")
+        real = np.asarray(jax.jit(jax.vmap(lambda g: jax.vmap(game.step, (None, 0))(
+            g, jnp.arange(num_actions)).observation))(positions.game), np.float32)
+        exact = (outputs[2].reshape(real.shape) == real).reshape(real.shape[:2] + (-1,)).all(-1)
     must_block = np.asarray(positions.must_block)[:, None]
     legal, loses = np.asarray(positions.legal_action_mask), np.asarray(positions.loses)
     row = {"run": logdir, "step": agent.step, "model": agent.model, "weights": agent.weights,
