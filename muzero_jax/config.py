@@ -68,6 +68,16 @@ class Config:
         `consistency_loss_weight=` and the batch `next_observation`, so a
         custom `loss_fn` must accept them.
       consistency_projection_size: width of those heads.
+      consistency_batch_size: how many of each update's `batch_size` sampled
+        sequences the consistency loss covers (0: all of them). The samples
+        are drawn independently, so the first M are a random subset; their
+        terms are scaled by batch / M, so the loss keeps its weight. Its
+        targets then cost one representation call on M * K observations
+        instead of batch * K (in the `connect_four` preset the consistency
+        loss was ~1/3 of an iteration on the 2-core CPU; README, Board
+        games). Passed to the loss as `consistency_batch=` (per device: M / D
+        of its batch / D), so a custom `loss_fn` must accept it. Split across
+        devices like `batch_size`.
       action_reward_loss_weight: weight of a reward loss on every legal
         action of each unrolled position, not only the one taken (0: off, as
         in MuZero). While acting, the environment is stepped once more per
@@ -266,6 +276,7 @@ class Config:
     reward_loss_weight: float = 1.0
     consistency_loss_weight: float = 0.0
     consistency_projection_size: int = 128
+    consistency_batch_size: int = 0
     action_reward_loss_weight: float = 0.0
     action_reward_steps: int = 1
     action_reward_batch_size: int = 0
@@ -386,6 +397,13 @@ class Config:
             raise ValueError(
                 f"action_reward_steps must be an integer in [1, num_unroll_steps="
                 f"{self.num_unroll_steps}], got {self.action_reward_steps!r}")
+        if (isinstance(self.consistency_batch_size, bool)
+                or not isinstance(self.consistency_batch_size, int)
+                or not 0 <= self.consistency_batch_size <= self.batch_size):
+            raise ValueError(
+                f"consistency_batch_size must be an integer in [0, batch_size="
+                f"{self.batch_size}] (0: the whole batch), got "
+                f"{self.consistency_batch_size!r}")
         if (isinstance(self.action_reward_batch_size, bool)
                 or not isinstance(self.action_reward_batch_size, int)
                 or not 0 <= self.action_reward_batch_size <= self.batch_size):

@@ -308,7 +308,8 @@ def _check_accepts(fn: Callable[..., Any], name: str) -> None:
         # The loss weights are off at 0; the two settings below are passed
         # only with the config fields named.
         leave = {"action_reward_steps": "leave action_reward_loss_weight at 0",
-                 "action_reward_batch": "leave action_reward_batch_size at 0"}.get(name)
+                 "action_reward_batch": "leave action_reward_batch_size at 0",
+                 "consistency_batch": "leave consistency_batch_size at 0"}.get(name)
         leave = leave or f"leave the weight at {off:g}"
         raise ValueError(
             f"the config passes {name}= to the loss, but the custom loss_fn "
@@ -396,8 +397,9 @@ def make_train(
         value_loss_weight) -> (loss, LossMetrics)`), e.g. for ablations;
         with `config.reward_loss_weight != 1` it also gets
         `reward_loss_weight=`, and with `config.consistency_loss_weight > 0`
-        `consistency_loss_weight=` (its batch then has `next_observation`),
-        and with `config.action_reward_loss_weight > 0`
+        `consistency_loss_weight=` (its batch then has `next_observation`;
+        with `config.consistency_batch_size > 0` also `consistency_batch=`,
+        the per-device count), and with `config.action_reward_loss_weight > 0`
         `action_reward_loss_weight=` and `action_reward_steps=` (its batch then has
         `target_action_reward` and `action_reward_mask`; with
         `config.action_reward_batch_size > 0` also `action_reward_batch=`, the
@@ -482,6 +484,15 @@ def make_train(
             )
     local_envs = config.num_envs // num_devices
     local_batch = config.batch_size // num_devices
+    if consistency and config.consistency_batch_size:
+        if config.consistency_batch_size % num_devices:
+            raise ValueError(
+                f"consistency_batch_size={config.consistency_batch_size} does not split "
+                f"evenly across {num_devices} devices")
+        # Per device: the first M / D of its B / D sampled sequences.
+        extra_loss_kwargs["consistency_batch"] = config.consistency_batch_size // num_devices
+        if loss_fn is not None:
+            _check_accepts(loss_fn, "consistency_batch")
     if action_reward and config.action_reward_batch_size:
         if config.action_reward_batch_size % num_devices:
             raise ValueError(

@@ -182,6 +182,7 @@ def unrolled_loss(
     unroll: int | bool = True,
     reward_loss_weight: float = 1.0,
     consistency_loss_weight: float = 0.0,
+    consistency_batch: int | None = None,
     action_reward_loss_weight: float = 0.0,
     action_reward_steps: int | None = None,
     action_reward_batch: int | None = None,
@@ -256,6 +257,12 @@ def unrolled_loss(
       consistency_loss_weight: weight of the consistency term (0, off, in
         MuZero; EfficientZero uses 2). Needs `networks.projection` (built with
         `make_networks(..., projection_size=P)`) and `batch.next_observation`.
+      consistency_batch: how many of the B examples, the first M, the
+        consistency term covers (None: all B). Its targets then cost one
+        representation call on M * K observations instead of B * K, and its
+        heads M rows per step; each covered example's term is scaled by B / M,
+        so that with independently sampled examples the loss keeps its
+        expected value (as `action_reward_batch` does).
       action_reward_loss_weight: weight of the every-action reward term (0,
         off, in MuZero). Needs `batch.target_action_reward` and
         `batch.action_reward_mask`. Costs one dynamics call on B * A rows for
@@ -306,6 +313,11 @@ def unrolled_loss(
             "consistency_loss_weight > 0 needs networks built with projection_size > 0 "
             "and a batch with next_observation"
         )
+    consistency_examples = batch_size if consistency_batch is None else consistency_batch
+    if (isinstance(consistency_examples, bool) or not isinstance(consistency_examples, int)
+            or not 1 <= consistency_examples <= batch_size):
+        raise ValueError(f"consistency_batch must be an integer in [1, B={batch_size}], "
+                         f"got {consistency_batch!r}")
     reconstruct = reconstruction_loss_weight > 0
     if reconstruct:
         if networks.decoder is None or batch.next_observation is None:
@@ -406,20 +418,28 @@ def unrolled_loss(
     if consistency:
         obs_shape = batch.observation.shape[1:]
         chex.assert_shape(batch.next_observation, (batch_size, num_steps) + obs_shape)
-        flat = batch.next_observation.reshape((-1,) + obs_shape)
+        m = consistency_examples
+        flat = batch.next_observation[:m].reshape((-1,) + obs_shape)
         target_z, _ = networks.projection(params, networks.representation(params, flat))
-        target_z = jax.lax.stop_gradient(target_z.reshape(batch_size, num_steps, -1))
+        target_z = jax.lax.stop_gradient(target_z.reshape(m, num_steps, -1))
         # The observation after action k-1 exists where that action was taken.
-        consistency_mask = policy_mask[:, :num_steps]
+        consistency_mask = policy_mask[:m, :num_steps]
 
     def consistency_term(hidden, k):
-        """`[B]` negative cosine similarity at recurrent step k (0 when off)."""
+        """`[B]` negative cosine similarity at recurrent step k (0 when off).
+
+        Only the first `consistency_examples` examples get it, scaled by B / M.
+        """
         if not consistency:
             return jnp.zeros((batch_size,), jnp.float32)
-        _, predicted = networks.projection(params, hidden)
+        m = consistency_examples
+        _, predicted = networks.projection(params, hidden[:m])
         target = jax.lax.dynamic_index_in_dim(target_z, k - 1, axis=1, keepdims=False)
         mask = jax.lax.dynamic_index_in_dim(consistency_mask, k - 1, axis=1, keepdims=False)
-        return -jnp.sum(_unit(predicted) * _unit(target), axis=-1) * mask
+        term = -jnp.sum(_unit(predicted) * _unit(target), axis=-1) * mask
+        if m < batch_size:
+            term = jnp.pad(term * (batch_size / m), (0, batch_size - m))
+        return term
 
     def reconstruction_term(hidden, k):
         """`[B]` squared error of the hidden state of step k, decoded (0 when off).

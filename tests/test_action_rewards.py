@@ -208,22 +208,22 @@ _PER_DEVICE_BATCH = textwrap.dedent(
     from muzero_jax.presets import preset
     tiny = dict(json.loads(sys.argv[1]),
                 mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)))
+    field = sys.argv[2]  # action_reward_batch_size or consistency_batch_size
     seen = []
 
     def recording_loss(params, batch, **kwargs):
-        seen.append((kwargs.get("action_reward_batch"), batch.observation.shape[0]))
+        seen.append((kwargs.get(field[:-len("_size")]), batch.observation.shape[0]))
         return unrolled_loss(params, batch, **kwargs)
 
     out = {}
     for devices, size in ((1, 4), (4, 8), (4, 0)):
-        config = preset("tic_tac_toe", **tiny, num_devices=devices,
-                        action_reward_batch_size=size)
+        config = preset("tic_tac_toe", **tiny, num_devices=devices, **{field: size})
         trainer = make_train(config, loss_fn=recording_loss)
         seen.clear()
         trainer.iteration.trace(trainer.state_shapes(jax.random.key(0)))  # traced, not run
         out[f"{devices},{size}"] = sorted(set(seen))
     try:
-        make_train(preset("tic_tac_toe", **tiny, num_devices=4, action_reward_batch_size=6))
+        make_train(preset("tic_tac_toe", **tiny, num_devices=4, **{field: 6}))
     except ValueError as e:
         out["error"] = str(e)
     print(json.dumps(out))
@@ -231,23 +231,27 @@ _PER_DEVICE_BATCH = textwrap.dedent(
 )
 
 
-def test_action_reward_batch_size_is_split_across_devices():
-    """`action_reward_batch_size=M` reaches each device's loss as M / D of its
+@pytest.mark.parametrize("field,weight", [
+    ("action_reward_batch_size", "action_reward_loss_weight"),
+    ("consistency_batch_size", "consistency_loss_weight")])
+def test_subset_batch_sizes_are_split_across_devices(field, weight):
+    """`action_reward_batch_size=M` (`consistency_batch_size=M`) reaches each
+    device's loss as `action_reward_batch=` (`consistency_batch=`) M / D of its
     B / D sequences (traced on 1 and 4 fake CPU devices, nothing compiled); 0
     passes nothing; a count that does not split is refused."""
     tiny = dict(num_envs=16, rollout_length=4, batch_size=16, replay_ratio=0.25,
                 num_simulations=4, num_unroll_steps=2, td_steps=9, replay_capacity=32,
-                min_replay_steps=12, action_reward_loss_weight=1.0)
+                min_replay_steps=12, **{weight: 1.0})
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-c", _PER_DEVICE_BATCH, json.dumps(tiny)],
+    proc = subprocess.run([sys.executable, "-c", _PER_DEVICE_BATCH, json.dumps(tiny), field],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["1,4"] == [[4, 16]]
     assert out["4,8"] == [[2, 4]]
     assert out["4,0"] == [[None, 4]]
-    assert "action_reward_batch_size=6 does not split evenly across 4 devices" in out["error"]
+    assert f"{field}=6 does not split evenly across 4 devices" in out["error"]
 
 
 def _threat_labels(observation: np.ndarray) -> np.ndarray:

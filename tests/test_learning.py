@@ -1,5 +1,6 @@
 """The whole training iteration: bookkeeping, devices, reproducibility, learning."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -334,6 +335,18 @@ def test_consistency_loss_gets_the_observations_reached():
                     num_envs=4, batch_size=4, num_simulations=2, min_replay_steps=12)
     with pytest.raises(ValueError, match="does not accept consistency_loss_weight"):
         make_train(config, loss_fn=old_style_loss)
+
+    def no_batch_loss(params, batch, *, networks, value_support, reward_support,
+                      value_loss_weight, consistency_loss_weight=0.0):
+        raise AssertionError("not called")
+
+    make_train(config, loss_fn=no_batch_loss)  # consistency_batch_size 0: not passed
+    with pytest.raises(ValueError, match="does not accept consistency_batch=; add the "
+                                         "argument or leave consistency_batch_size at 0"):
+        make_train(dataclasses.replace(config, consistency_batch_size=2), loss_fn=no_batch_loss)
+    for bad in (-1, 5, True, 2.5):  # batch_size is 4
+        with pytest.raises(ValueError, match="consistency_batch_size must be an integer"):
+            dataclasses.replace(config, consistency_batch_size=bad)
     trainer = make_train(config, loss_fn=recording_loss)
     assert trainer.networks.projection is not None
     state = trainer.init(jax.random.key(0))

@@ -710,6 +710,53 @@ def test_action_reconstruction_loss_matches_a_transcription():
                       **kwargs)
 
 
+def test_consistency_batch_covers_its_first_examples_at_the_same_weight():
+    """`consistency_batch=M`: the consistency term of a batch of B comes from
+    its first M examples only, averaged over those M (the transcription on
+    them alone, in value and gradients); the next observations of the other
+    examples do not count; M = B is the whole batch; bad values are refused."""
+    cfg = MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,))
+    nets = make_networks(cfg, num_actions=NUM_ACTIONS, value_bins=VALUE_SUPPORT.num_bins,
+                         reward_bins=REWARD_SUPPORT.num_bins, projection_size=4)
+    obs_shape = (6,)
+    params = _random_params(nets, obs_shape, 5)
+    k, b, m = 3, 6, 2
+    batch = _random_batch(obs_shape, b, k, 21)
+    batch = batch._replace(
+        next_observation=jax.random.normal(jax.random.key(22), (b, k) + obs_shape))
+    first = jax.tree.map(lambda x: x[:m], batch)
+    assert float(jnp.min(first.policy_mask[:, :k])) == 0.0  # the mask is exercised
+
+    def expected(p):
+        return pseudocode_loss(p, batch, nets) + _consistency_transcription(p, first, nets, 2.0)
+
+    (loss, metrics), grads = _loss_and_grads(params, batch, nets, consistency_loss_weight=2.0,
+                                             consistency_batch=m)
+    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
+    chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
+    # The metric is the mean over the M examples, as for a batch of them alone.
+    (_, ref_metrics), _ = _loss_and_grads(params, first, nets, consistency_loss_weight=2.0)
+    np.testing.assert_allclose(metrics.consistency_loss, ref_metrics.consistency_loss,
+                               rtol=1e-5)
+    # M = B is the whole batch, and differs from M < B.
+    (whole, _), _ = _loss_and_grads(params, batch, nets, consistency_loss_weight=2.0)
+    (whole_b, _), _ = _loss_and_grads(params, batch, nets, consistency_loss_weight=2.0,
+                                      consistency_batch=b)
+    np.testing.assert_allclose(whole_b, whole, rtol=1e-6)
+    assert not np.isclose(float(whole), float(loss), rtol=1e-4)
+    # The next observations of examples M.. do not count.
+    moved = batch._replace(next_observation=batch.next_observation.at[m:].set(3.0))
+    (moved_loss, _), _ = _loss_and_grads(params, moved, nets, consistency_loss_weight=2.0,
+                                         consistency_batch=m)
+    np.testing.assert_allclose(moved_loss, loss, rtol=1e-6)
+    for bad in (0, b + 1, 1.5, True):
+        with pytest.raises(ValueError, match="consistency_batch must be an integer"):
+            unrolled_loss(params, batch, networks=nets, value_support=VALUE_SUPPORT,
+                          reward_support=REWARD_SUPPORT, consistency_loss_weight=2.0,
+                          consistency_batch=bad)
+
+
 def test_action_reward_batch_covers_its_first_examples_at_the_same_weight():
     """`action_reward_batch=M`: the every-action terms (rewards, predictions,
     reconstructions) of a batch of B come from its first M examples only and
