@@ -256,7 +256,8 @@ def test_an_agent_planning_in_the_game_beats_random_with_untrained_networks():
 
     config = dataclasses.replace(
         preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
-        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
+        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, action_reward_batch_size=0,
+        augment_symmetries=False,
         reconstruction_loss_weight=0.0, search_model="learned", eval_symmetry_ensemble=False,
         mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)),
         search="muzero", search_kwargs='{"dirichlet_fraction": 0.0}')
@@ -287,7 +288,8 @@ def _tiny_decoded_connect_four(**overrides):
 
     config = dataclasses.replace(
         preset("connect_four"), num_envs=8, batch_size=8, num_simulations=4,
-        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, augment_symmetries=False,
+        consistency_loss_weight=0.0, action_reward_loss_weight=0.0, action_reward_batch_size=0,
+        augment_symmetries=False,
         reconstruction_loss_weight=1.0,
         mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)), **overrides)
     trainer = make_train(config)
