@@ -76,9 +76,10 @@ class Config:
         instead of batch * K (in the `connect_four` preset the consistency
         loss was ~1/3 of an iteration on the 2-core CPU; at 64 of 256 one
         seed ran 1.19x the iterations at equal wall time and won no more,
-        so the preset keeps 0; README, Board games). Passed to the loss as `consistency_batch=` (per device: M / D
-        of its batch / D), so a custom `loss_fn` must accept it. Split across
-        devices like `batch_size`.
+        so the preset keeps 0; README, Board games). Passed to the loss as
+        `consistency_batch=` (per device: M / D of its batch / D), so a
+        custom `loss_fn` must accept it. Split across devices like
+        `batch_size`.
       action_reward_loss_weight: weight of a reward loss on every legal
         action of each unrolled position, not only the one taken (0: off, as
         in MuZero). While acting, the environment is stepped once more per
