@@ -265,8 +265,10 @@ class Checkpointer:
             step = self.latest_step()
             if step is None:
                 raise CheckpointError(f"no checkpoint in {self.directory}")
-        elif step not in self.all_steps():
-            raise CheckpointError(f"no checkpoint step {step} in {self.directory}")
+        elif step not in (steps := self.all_steps()):
+            saved = ", ".join(map(str, steps)) if steps else "none"
+            raise CheckpointError(
+                f"no checkpoint step {step} in {self.directory} (saved steps: {saved})")
         return step
 
     def _step_dir(self, step: int) -> str:
