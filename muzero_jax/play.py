@@ -68,14 +68,14 @@ def render(env_name: str, observation: Any, to_play: int) -> str:
     return "\n".join(lines)
 
 
-def _load_agent(logdir: str):
+def _load_agent(logdir: str, step: int | None = None):
     import muzero_jax
 
     loader = getattr(muzero_jax, "load_agent", None)
     if loader is None:
         from muzero_jax.agent import load_agent as loader
     try:
-        return loader(logdir)
+        return loader(logdir) if step is None else loader(logdir, step=step)
     except (OSError, ValueError) as e:
         raise _UsageError(f"muzero-jax play: cannot load an agent from {logdir}: {e}") from e
 
@@ -134,12 +134,16 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None,
                       help="the agent moves first")
     parser.add_argument("--num-simulations", type=int, default=None,
                         help="the agent's simulations per move (default: the run's)")
+    parser.add_argument("--step", type=int, default=None,
+                        help="the checkpoint step (iteration) to play (default: the latest)")
     parser.add_argument("--seed", type=int, default=0)
     try:
         args = parser.parse_args(argv)
         if args.num_simulations is not None and args.num_simulations < 1:
             raise _UsageError("muzero-jax play: --num-simulations must be >= 1")
-        agent = _load_agent(args.logdir)
+        if args.step is not None and args.step < 0:
+            raise _UsageError("muzero-jax play: --step must be >= 0")
+        agent = _load_agent(args.logdir, args.step)
         from muzero_jax.arena import match_env
 
         env = match_env(agent)

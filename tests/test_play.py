@@ -38,10 +38,13 @@ class LowestLegal:
 def agent(monkeypatch):
     made = {}
 
-    def load(logdir):
+    def load(logdir, step=None):
         if logdir == "missing":
             raise FileNotFoundError("no checkpoint")
+        if step == 7:
+            raise ValueError("no checkpoint step 7 in x/checkpoints (saved steps: 2, 4)")
         made["agent"] = LowestLegal(logdir)
+        made["step"] = step
         return made["agent"]
 
     monkeypatch.setattr(muzero_jax, "load_agent", load, raising=False)
@@ -78,7 +81,9 @@ def test_agent_first_wins_connect_four_and_quit(agent):
     code, text = run(["--logdir", "connect_four"], ["q"])
     assert code == 0 and "game abandoned" in text and agent["agent"].calls == 0
     code, text = run(["--logdir", "connect_four"], [])  # end of input
-    assert code == 0 and "game abandoned" in text
+    assert code == 0 and "game abandoned" in text and agent["step"] is None
+    code, text = run(["--logdir", "connect_four", "--step", "4"], ["q"])
+    assert code == 0 and agent["step"] == 4
 
 
 def test_bad_input_exits_2_with_one_line(agent, capsys):
@@ -87,6 +92,12 @@ def test_bad_input_exits_2_with_one_line(agent, capsys):
     assert err.count("\n") == 1 and "cannot load an agent from missing" in err
     assert play.main(["--logdir", "catch"]) == 2
     assert "not a two-player game" in capsys.readouterr().err
+    assert play.main([]) == 2
+    assert "--logdir" in capsys.readouterr().err
+    assert play.main(["--logdir", "connect_four", "--step", "7"]) == 2
+    assert "(saved steps: 2, 4)" in capsys.readouterr().err
+    assert play.main(["--logdir", "connect_four", "--step", "-1"]) == 2
+    assert "--step must be >= 0" in capsys.readouterr().err
     assert play.main([]) == 2
     assert "--logdir" in capsys.readouterr().err
 
