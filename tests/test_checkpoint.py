@@ -85,14 +85,14 @@ def test_resume_is_exact(resumed_runs):
 
 
 def test_run_directory_contents(resumed_runs):
-    _, _, (a, _), _ = resumed_runs
+    _, trainer, (a, _), _ = resumed_runs
     names = os.listdir(a)
     assert {"config.json", "metrics.jsonl", "curve.png", "checkpoints"} <= set(names)
     assert any(n.startswith("events.out.tfevents.") for n in names)
     assert sorted(os.listdir(os.path.join(a, "checkpoints"))) == ["2", "4"]
     # A step that was not kept is refused with the steps that were.
     with pytest.raises(CheckpointError, match=r"no checkpoint step 3 .*\(saved steps: 2, 4\)"):
-        Checkpointer(os.path.join(a, "checkpoints")).restore(resumed_runs[1], step=3)
+        Checkpointer(os.path.join(a, "checkpoints")).restore(trainer, step=3)
     row = json.loads(open(os.path.join(a, "metrics.jsonl")).readline())
     for key in ("env_steps", "wall_s", "updates", "episode_return", "sps", "loss",
                 "value_loss", "reward_loss", "policy_loss"):

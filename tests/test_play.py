@@ -98,8 +98,6 @@ def test_bad_input_exits_2_with_one_line(agent, capsys):
     assert "(saved steps: 2, 4)" in capsys.readouterr().err
     assert play.main(["--logdir", "connect_four", "--step", "-1"]) == 2
     assert "--step must be >= 0" in capsys.readouterr().err
-    assert play.main([]) == 2
-    assert "--logdir" in capsys.readouterr().err
 
 
 def test_render_go_shows_move_numbers_and_pass():
