@@ -75,7 +75,7 @@ def _load_agent(logdir: str, step: int | None = None):
     if loader is None:
         from muzero_jax.agent import load_agent as loader
     try:
-        return loader(logdir) if step is None else loader(logdir, step=step)
+        return loader(logdir, step=step)
     except (OSError, ValueError) as e:
         raise _UsageError(f"muzero-jax play: cannot load an agent from {logdir}: {e}") from e
 
