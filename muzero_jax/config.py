@@ -230,6 +230,12 @@ class Config:
         the values learn from are those of games full of blunders (README,
         Board games).
       replay_capacity: time steps kept per environment.
+      reanalyse_rows: R > 0 re-searches R stored rows of every environment
+        per iteration with the networks self-play acts with (MuZero
+        Reanalyze, as a sweep over the buffer: each row once every
+        `replay_capacity / R` iterations), refreshing their policy targets
+        and search values; each row costs one search, as an acting step
+        does. 0 (default) keeps the targets the row was acted with.
       prioritized_replay: prioritised (True) or uniform (False) sampling.
       priority_alpha: priority exponent alpha.
       priority_beta_start: importance-sampling exponent at the start,
@@ -303,6 +309,7 @@ class Config:
     exploration_plies: int = 0
     random_move_prob: float = 0.0
     replay_capacity: int = 500
+    reanalyse_rows: int = 0
     prioritized_replay: bool = True
     priority_alpha: float = 1.0
     priority_beta_start: float = 0.4
@@ -444,6 +451,15 @@ class Config:
                 or self.exploration_plies < 0):
             raise ValueError(
                 f"exploration_plies must be an integer >= 0, got {self.exploration_plies!r}")
+        if (isinstance(self.reanalyse_rows, bool) or not isinstance(self.reanalyse_rows, int)
+                or not 0 <= self.reanalyse_rows <= self.replay_capacity):
+            raise ValueError(
+                f"reanalyse_rows must be an integer in [0, replay_capacity="
+                f"{self.replay_capacity}], got {self.reanalyse_rows!r}")
+        if self.reanalyse_rows * self.replay_capacity >= 2**31:
+            raise ValueError(
+                f"reanalyse_rows * replay_capacity must be below 2**31 (the sweep's int32 "
+                f"index), got {self.reanalyse_rows} * {self.replay_capacity}")
         self.parsed_search_kwargs()  # raises on malformed JSON
         self.parsed_env_kwargs()
         if self.sequence_length > self.replay_capacity:

@@ -42,6 +42,7 @@ from muzero_jax.distributed import place_on_mesh
 from muzero_jax.envs import Environment, make_env
 from muzero_jax.loss import LossBatch, unrolled_loss
 from muzero_jax.networks import Networks, make_networks
+from muzero_jax.reanalyse import make_reanalyse
 from muzero_jax.replay import ReplayState, Trajectory, make_replay_buffer
 from muzero_jax.search import (
     BUILTIN_SEARCHES,
@@ -596,6 +597,12 @@ def make_train(
         action_observations=reconstruct_actions,
     )
     rollout = make_rollout(act_step, config.rollout_length)
+    reanalyse = None
+    if config.reanalyse_rows:
+        # The search self-play acts with, on stored rows (MuZero Reanalyze).
+        reanalyse = make_reanalyse(act_root_fn, act_recurrent_fn, search_fn,
+                                   num_simulations=config.num_simulations,
+                                   rows=config.reanalyse_rows)
     loss_fn = functools.partial(
         loss_fn or unrolled_loss,
         networks=networks,
@@ -698,6 +705,9 @@ def make_train(
         rng_key, act_key, learn_key = jax.random.split(rng_key, 3)
         actor, traj, stats = rollout(state.params, actor, act_key, temperature)
         replay = buffer.add(replay, traj)
+        if reanalyse is not None:  # split only then: other runs stay bit-identical
+            learn_key, reanalyse_key = jax.random.split(learn_key)
+            replay = reanalyse(state.params, replay, reanalyse_key, counters.iterations)
         can_learn = (replay.num_added >= max(config.min_replay_steps, seq_len)) & (
             buffer.can_sample(replay)
         )
