@@ -2,7 +2,8 @@
 
 `make_train(config)` returns a `Trainer` of pure functions. One `iteration`
 acts T steps in B environments with batched search, adds the trajectories to
-the on-device replay, and runs U learner updates (`lax.scan`): sample
+the on-device replay (re-searching a sweep of stored rows when
+`reanalyse_rows` is set), and runs U learner updates (`lax.scan`): sample
 sequences, build targets outside autodiff with a target network, take the
 gradient of the unrolled loss, average it across devices (`lax.pmean`) and
 apply Optax. Nothing returns to Python inside an iteration.
