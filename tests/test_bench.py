@@ -155,7 +155,7 @@ def test_learner_step_flops_grow_linearly_with_the_unroll():
 def test_e2e_counts_environment_steps(tmp_path):
     out = tmp_path / "e2e.json"
     tiny = dict(num_envs=8, rollout_length=10, batch_size=8, replay_ratio=1 / 80,
-                num_simulations=4, replay_capacity=40, min_replay_steps=16)
+                num_simulations=4, replay_capacity=40, min_replay_steps=16, reanalyse_rows=5)
     code = bench.main(["e2e", "--envs", "catch", "--iterations", "2", "--set", json.dumps(tiny),
                        "--json", str(out), "--solve-seeds", "3", "--max-seconds", "0.5"])
     assert code == 0
@@ -174,6 +174,10 @@ def test_e2e_counts_environment_steps(tmp_path):
     # that starts the next one, so every env ends exactly one game in each
     # 10-step iteration: 8 x 2 games in the 2 timed iterations.
     assert row["search_simulations_per_s"] == pytest.approx(row["env_steps_per_s"] * 4)
+    # Reanalyse: 5 rows of each of the 8 envs per 80-step iteration, 4 simulations each.
+    assert row["reanalyse_rows"] == 5
+    assert row["reanalyse_simulations_per_s"] == pytest.approx(
+        row["env_steps_per_s"] * 4 * 5 / 10)
     assert row["games"] == 16
     assert row["games_per_s"] == pytest.approx(16 / row["timed_s"])
     assert row["timed_s"] == pytest.approx(2 * row["iteration_median_s"])  # median of 2 = mean

@@ -130,6 +130,13 @@ def test_config_refuses_bad_reanalyse_rows(rows, message):
         Config(replay_capacity=40, reanalyse_rows=rows)
 
 
+def test_config_keeps_the_sweep_index_within_int32():
+    # The sweep's int32 index: rows x capacity below 2**31.
+    with pytest.raises(ValueError, match="reanalyse_rows \\* replay_capacity must be below"):
+        Config(replay_capacity=50_000, reanalyse_rows=50_000)
+    assert Config(replay_capacity=40, reanalyse_rows=40).reanalyse_rows == 40
+
+
 def test_training_reanalyses_stored_rows_with_the_latest_params():
     # Iteration 0 acts with the initial params and learns; iteration 1
     # sweeps every row (R = N) with the params iteration 0 left, so the rows

@@ -246,6 +246,11 @@ def run_e2e(*, envs: Sequence[str], iterations: int, overrides: dict[str, Any],
             # self-play search's simulations (one search per env step).
             "games": games, "timed_s": sum(times), "games_per_s": games / sum(times),
             "search_simulations_per_s": summary["per_s"] * config.num_simulations,
+            # Reanalyse's searches (reanalyse_rows per environment per
+            # iteration, i.e. R / T per env step), counted apart; 0 when off.
+            "reanalyse_rows": config.reanalyse_rows,
+            "reanalyse_simulations_per_s": summary["per_s"] * config.num_simulations
+            * config.reanalyse_rows / config.rollout_length,
         })
     return rows
 
