@@ -18,7 +18,7 @@ import mctx
 
 from muzero_jax.envs.base import Environment, TimeStep
 from muzero_jax.replay import Trajectory
-from muzero_jax.search import RootFn
+from muzero_jax.search import RootFn, batch_search
 
 __all__ = [
     "ActorState",
@@ -162,6 +162,7 @@ def make_act_step(
     its observation, the search's policy and root value, the action taken.
     """
     batched_step = jax.vmap(env.step)
+    search = batch_search(search_fn, root_fn, recurrent_fn, num_simulations=num_simulations)
 
     def reply_threat(state, a):
         """The best positive reward a game-ending reply to `a` gets its mover (else 0)."""
@@ -216,15 +217,7 @@ def make_act_step(
         ts = actor.timestep
         if exploration_plies:
             temperature = jnp.where(actor.episode_length < exploration_plies, temperature, 0.0)
-        root = root_fn(params, ts.observation)
-        out = search_fn(
-            params,
-            search_key,
-            root,
-            recurrent_fn,
-            num_simulations=num_simulations,
-            invalid_actions=jnp.logical_not(ts.legal_action_mask),
-        )
+        out = search(params, search_key, ts.observation, ts.legal_action_mask)
         action = select_actions(action_key, out.action_weights, ts.legal_action_mask, temperature)
         if use_search_action:
             action = jnp.where(temperature > 0, out.action.astype(jnp.int32), action)

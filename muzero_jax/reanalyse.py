@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import mctx
 
 from muzero_jax.replay import ReplayState
-from muzero_jax.search import RootFn
+from muzero_jax.search import RootFn, batch_search
 
 __all__ = ["make_reanalyse", "sweep_rows"]
 
@@ -38,7 +38,7 @@ def sweep_rows(iteration: chex.Array, rows: int, capacity: int) -> chex.Array:
     rows, wrapping, distinct when `rows <= capacity`.
     """
     start = (jnp.asarray(iteration, jnp.int32) % capacity) * rows % capacity
-    return ((start + jnp.arange(rows, dtype=jnp.int32)) % capacity).astype(jnp.int32)
+    return (start + jnp.arange(rows, dtype=jnp.int32)) % capacity
 
 
 def make_reanalyse(
@@ -64,6 +64,7 @@ def make_reanalyse(
     """
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
         raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
+    search = batch_search(search_fn, root_fn, recurrent_fn, num_simulations=num_simulations)
 
     def reanalyse(params, replay: ReplayState, rng_key: chex.PRNGKey,
                   iteration: chex.Array) -> ReplayState:
@@ -80,12 +81,7 @@ def make_reanalyse(
         def flat(x):
             return x.reshape((num_envs * rows,) + x.shape[2:])
 
-        root = root_fn(params, flat(observation))
-        out = search_fn(
-            params, rng_key, root, recurrent_fn,
-            num_simulations=num_simulations,
-            invalid_actions=jnp.logical_not(flat(legal)),
-        )
+        out = search(params, rng_key, flat(observation), flat(legal))
         policy = out.action_weights.astype(jnp.float32).reshape(legal.shape)
         value = out.search_tree.node_values[:, mctx.Tree.ROOT_INDEX].astype(
             jnp.float32).reshape(legal.shape[:2])

@@ -377,8 +377,9 @@ def batch_search(
 ) -> Callable[..., mctx.PolicyOutput]:
     """Returns `run(params, rng_key, observation, legal_action_mask)`.
 
-    A convenience for acting: builds the root from observations and calls the
-    search with illegal actions masked (`invalid_actions = ~legal`).
+    Builds the root from observations and calls the search with illegal
+    actions masked (`invalid_actions = ~legal`): how self-play
+    (`acting.make_act_step`), reanalyse and `check_search_fn` all search.
     """
 
     def run(params, rng_key, observation, legal_action_mask):
