@@ -42,16 +42,23 @@ def _networks(kind):
     return nets, obs_shape
 
 
+# The draws below are jitted: run op by op, each new shape would compile a
+# program of its own.
 def _random_params(nets, obs_shape, seed):
-    params = nets.init(jax.random.key(seed), jnp.zeros((1,) + obs_shape))
-    # Heads are zero-initialised; randomise every leaf so that every path
-    # through the networks carries gradient.
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.key(seed + 1000), len(leaves))
-    leaves = [0.5 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]
-    return jax.tree.unflatten(treedef, leaves)
+    @jit
+    def draw(init_key, leaf_key):
+        params = nets.init(init_key, jnp.zeros((1,) + obs_shape))
+        # Heads are zero-initialised; randomise every leaf so that every path
+        # through the networks carries gradient.
+        leaves, treedef = jax.tree.flatten(params)
+        keys = jax.random.split(leaf_key, len(leaves))
+        leaves = [0.5 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]
+        return jax.tree.unflatten(treedef, leaves)
+
+    return draw(jax.random.key(seed), jax.random.key(seed + 1000))
 
 
+@functools.partial(jit, static_argnums=(0, 1, 2))
 def _random_batch(obs_shape, batch, k, seed):
     ks = jax.random.split(jax.random.key(seed), 8)
     policy = jax.nn.softmax(jax.random.normal(ks[2], (batch, k + 1, NUM_ACTIONS)))
@@ -224,12 +231,23 @@ class UnrolledLossTest(chex.TestCase):
             )
 
 
+_COMPILED_LOSSES = {}
+
+
 def _loss_and_grads(params, batch, nets, **kwargs):
-    """`((loss, metrics), grads)` of the library loss with extra keyword arguments."""
-    return jax.value_and_grad(
-        lambda p: unrolled_loss(p, batch, networks=nets, value_support=VALUE_SUPPORT,
-                                reward_support=REWARD_SUPPORT, **kwargs),
-        has_aux=True)(params)
+    """`((loss, metrics), grads)` of the library loss with extra keyword arguments.
+
+    Jitted (compiling the tiny networks' loss is far cheaper than running its
+    thousands of operations one by one), and compiled once per networks and
+    keyword arguments, so a test's repeated calls on other batches reuse it.
+    """
+    key = (id(nets), tuple(sorted(kwargs.items())))
+    if key not in _COMPILED_LOSSES:
+        _COMPILED_LOSSES[key] = (nets, jit(jax.value_and_grad(
+            lambda p, b: unrolled_loss(p, b, networks=nets, value_support=VALUE_SUPPORT,
+                                       reward_support=REWARD_SUPPORT, **kwargs),
+            has_aux=True)))
+    return _COMPILED_LOSSES[key][1](params, batch)
 
 
 def test_rolled_and_unrolled_loops_agree():
@@ -246,8 +264,7 @@ def test_rolled_and_unrolled_loops_agree():
     chex.assert_trees_all_close(grads_a, grads_b, rtol=1e-4, atol=1e-6)
     # ...and the comparison can fail: a different unroll length is a different loss.
     other = _random_batch(obs_shape, 4, 3, 11)
-    loss_c = unrolled_loss(params, other, networks=nets, value_support=VALUE_SUPPORT,
-                           reward_support=REWARD_SUPPORT)[0]
+    loss_c = _loss_and_grads(params, other, nets)[0][0]
     assert not np.isclose(loss_a, loss_c)
 
 
@@ -280,7 +297,7 @@ def _check_term(params, batch, nets, expected, metric, weight, **kwargs):
     and gradients, and exceeds the loss without it by `weight` x its unweighted
     metric, which is 0 without the term. Returns `(loss, grads, base_grads)`."""
     (loss, metrics), grads = _loss_and_grads(params, batch, nets, **kwargs)
-    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    ref_loss, ref_grads = jit(jax.value_and_grad(expected))(params)
     np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
     chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
     (base, base_metrics), base_grads = _loss_and_grads(params, batch, nets)
@@ -338,8 +355,8 @@ def test_consistency_loss_matches_a_transcription():
                               consistency_loss_weight=2.0)
     # ...and it can fail: without the stop-gradient on the target branch the
     # representation's gradient changes.
-    no_stop_grads = jax.grad(lambda p: pseudocode_loss(p, batch, nets) + (
-        _consistency_transcription(p, batch, nets, 2.0, stop_target=False)))(params)
+    no_stop_grads = jit(jax.grad(lambda p: pseudocode_loss(p, batch, nets) + (
+        _consistency_transcription(p, batch, nets, 2.0, stop_target=False))))(params)
     assert _max_rel_diff(no_stop_grads["representation_out"], grads["representation_out"]) > 1e-2
     with pytest.raises(ValueError, match="projection_size"):
         unrolled_loss(params, batch, networks=_networks("mlp")[0], value_support=VALUE_SUPPORT,
@@ -412,7 +429,8 @@ def test_reconstruction_loss_matches_a_transcription(kind):
                                           0.5, reconstruction_loss_weight=0.5)
     # ...and it can fail: reading step k's mask for the observation after
     # action k-1 is a different loss.
-    assert not np.isclose(float(expected(params, shift=1)), float(loss), rtol=1e-4)
+    shifted = jit(expected, static_argnames="shift")(params, shift=1)
+    assert not np.isclose(float(shifted), float(loss), rtol=1e-4)
     # The gradient reaches the dynamics through the decoded hidden states.
     dynamics = "dynamics_out" if kind == "mlp" else "dynamics_conv"
     assert _max_rel_diff(grads[dynamics], base_grads[dynamics]) > 1e-2
@@ -561,7 +579,7 @@ def test_action_reward_loss_matches_a_transcription(steps, threat_weight, reply_
 
     (loss, metrics), grads = _loss_and_grads(params, batch, nets, action_reward_loss_weight=3.0,
                                              action_reward_steps=steps, **kwargs)
-    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    ref_loss, ref_grads = jit(jax.value_and_grad(expected))(params)
     np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
     chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
     (base, base_metrics), _ = _loss_and_grads(params, batch, nets)
@@ -670,7 +688,7 @@ def test_action_reconstruction_loss_matches_a_transcription():
     kwargs = {"action_reward_loss_weight": 3.0, "action_reward_steps": steps}
     (loss, metrics), grads = _loss_and_grads(params, batch, nets,
                                              action_reconstruction_loss_weight=0.75, **kwargs)
-    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    ref_loss, ref_grads = jit(jax.value_and_grad(expected))(params)
     np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
     chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
     (base, base_metrics), base_grads = _loss_and_grads(params, batch, nets, **kwargs)
@@ -732,7 +750,7 @@ def test_consistency_batch_covers_its_first_examples_at_the_same_weight():
 
     (loss, metrics), grads = _loss_and_grads(params, batch, nets, consistency_loss_weight=2.0,
                                              consistency_batch=m)
-    ref_loss, ref_grads = jax.value_and_grad(expected)(params)
+    ref_loss, ref_grads = jit(jax.value_and_grad(expected))(params)
     np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
     chex.assert_trees_all_close(grads, ref_grads, rtol=2e-4, atol=2e-6)
     # The metric is the mean over the M examples, as for a batch of them alone.
