@@ -231,23 +231,20 @@ class UnrolledLossTest(chex.TestCase):
             )
 
 
-_COMPILED_LOSSES = {}
+@functools.cache
+def _compiled_loss_and_grads(nets, kwargs_items):
+    """The jitted `value_and_grad` of the library loss, once per networks and
+    keyword arguments (compiling the tiny networks' loss is far cheaper than
+    running its thousands of operations one by one)."""
+    return jit(jax.value_and_grad(
+        lambda p, b: unrolled_loss(p, b, networks=nets, value_support=VALUE_SUPPORT,
+                                   reward_support=REWARD_SUPPORT, **dict(kwargs_items)),
+        has_aux=True))
 
 
 def _loss_and_grads(params, batch, nets, **kwargs):
-    """`((loss, metrics), grads)` of the library loss with extra keyword arguments.
-
-    Jitted (compiling the tiny networks' loss is far cheaper than running its
-    thousands of operations one by one), and compiled once per networks and
-    keyword arguments, so a test's repeated calls on other batches reuse it.
-    """
-    key = (id(nets), tuple(sorted(kwargs.items())))
-    if key not in _COMPILED_LOSSES:
-        _COMPILED_LOSSES[key] = (nets, jit(jax.value_and_grad(
-            lambda p, b: unrolled_loss(p, b, networks=nets, value_support=VALUE_SUPPORT,
-                                       reward_support=REWARD_SUPPORT, **kwargs),
-            has_aux=True)))
-    return _COMPILED_LOSSES[key][1](params, batch)
+    """`((loss, metrics), grads)` of the library loss with extra keyword arguments."""
+    return _compiled_loss_and_grads(nets, tuple(sorted(kwargs.items())))(params, batch)
 
 
 def test_rolled_and_unrolled_loops_agree():
