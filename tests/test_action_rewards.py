@@ -242,7 +242,8 @@ def test_subset_batch_sizes_are_split_across_devices(field, weight):
     tiny = dict(num_envs=16, rollout_length=4, batch_size=16, replay_ratio=0.25,
                 num_simulations=4, num_unroll_steps=2, td_steps=9, replay_capacity=32,
                 min_replay_steps=12, **{weight: 1.0})
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags,
                PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-c", _PER_DEVICE_BATCH, json.dumps(tiny), field],
                           capture_output=True, text=True, env=env, timeout=600)

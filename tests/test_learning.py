@@ -116,10 +116,16 @@ def test_evaluate_is_greedy_and_counts_episodes():
     assert set(np.unique(returns)) <= {-1.0, 1.0}  # one full Catch episode each
 
 
-def test_default_compiler_options_and_bad_ones():
+def test_default_compiler_options_and_bad_ones(monkeypatch):
     from muzero_jax.learning import default_compiler_options
 
-    # On CPU the iteration compiles at LLVM level 1 (faster compile, same speed).
+    # On CPU the iteration compiles at LLVM level 1 (faster compile, same speed),
+    # unless XLA_FLAGS set a level for every program (as this test session's do).
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
+    assert default_compiler_options() == {"xla_backend_optimization_level": 1}
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+    assert default_compiler_options() == {}
+    monkeypatch.delenv("XLA_FLAGS")
     assert default_compiler_options() == {"xla_backend_optimization_level": 1}
     for bad in (["xla_backend_optimization_level", 1], {"xla_backend_optimization_level": None},
                 {1: 1}):
@@ -169,7 +175,8 @@ _MULTI_DEVICE = textwrap.dedent(
 # 1 x 4; 4 devices take the same learner step as 1).
 @pytest.mark.slow
 def test_params_stay_identical_across_fake_devices():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags,
                PYTHONWARNINGS="ignore")
     proc = subprocess.run(
         [sys.executable, "-c", _MULTI_DEVICE, json.dumps(TINY)],

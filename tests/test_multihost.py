@@ -27,7 +27,8 @@ _RUN = textwrap.dedent(
     """
     import json, os, sys
     devices, coordinator, num_processes, process_id = sys.argv[1:5]
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}"
     import jax
     from muzero_jax import distributed
     if coordinator:
@@ -62,8 +63,7 @@ def _free_port() -> int:
 
 def _spawn(tmp_path, devices: int, coordinator: str = "", num_processes: int = 0,
            process_id: int = 0) -> tuple[subprocess.Popen, str, str]:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")  # the child appends its device count
     # Files, not pipes: a process blocked on a full pipe would stall its peers.
     out = str(tmp_path / f"out-{devices}-{process_id}.txt")
     err = str(tmp_path / f"err-{devices}-{process_id}.txt")
@@ -218,7 +218,8 @@ _SAME_UPDATE = textwrap.dedent(
 
 def _run_on_four_devices(code: str, timeout: int) -> dict:
     """Runs `code` in a child with 4 fake CPU devices; returns its `RESULT {json}` line."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags,
                JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=timeout)
@@ -260,7 +261,8 @@ def test_catch_learns_on_four_fake_devices():
 
 def _cli_processes(tmp_path, name: str, args: list[str]) -> list[str]:
     port = _free_port()
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    env = dict(os.environ, XLA_FLAGS=flags,
                JAX_PLATFORMS="cpu")
     procs, logs = [], []
     for i in range(2):
