@@ -14,7 +14,8 @@ LLVM optimisation level 1 for every program (the level that
 `learning.default_compiler_options` already gives training programs; XLA's
 default is 2) and XLA's classic loop emitters instead of its newer MLIR
 fusion emitters. With them the default run took 620 s instead of 800 s
-(2026-12-01, this 2-core machine), with the same tolerances everywhere.
+(2026-12-01, this 2-core machine), with the same tolerances everywhere
+(test_puct's bit-identical parity programs keep the fusion emitters).
 Level 0 would compile faster still, but it changed which moves a search took
 in one test, so it is not used. These flags go first in XLA_FLAGS, so a flag
 of your own overrides them, and the tests' subprocesses inherit them (those
