@@ -183,7 +183,13 @@ class Config:
         default) or "target" (the target network's; needs `target_ema` > 0,
         so that they are the exponential moving average of the online
         weights: Polyak averaging, which smooths the noise of the last
-        updates). Self-play always acts with the online weights.
+        updates). Self-play acts with the weights `act_weights` names.
+      act_weights: the weights self-play (and reanalyse) search with:
+        "online" (the default, as in the paper) or "target" (the moving
+        average of the online weights; needs `target_ema` > 0). The stored
+        search policies and values, and so the policy targets, then come
+        from the averaged weights, which lag the online ones by about
+        1 / target_ema updates.
       eval_symmetry_ensemble: the trainer's evaluations and, by default,
         `load_agent` / `muzero-jax eval` / `play` average every network
         evaluation of their search over the board's symmetries
@@ -298,6 +304,7 @@ class Config:
     target_update_period: int = 100
     target_ema: float = 0.0
     eval_weights: Literal["online", "target"] = "online"
+    act_weights: Literal["online", "target"] = "online"
     eval_symmetry_ensemble: bool = False
     act_symmetry_ensemble: bool = False
     search: str = "gumbel_muzero"
@@ -384,6 +391,13 @@ class Config:
             raise ValueError(
                 "eval_weights='target' evaluates the moving average of the weights: set "
                 "target_ema > 0 (e.g. 0.001), or eval_weights='online'")
+        if self.act_weights not in ("online", "target"):
+            raise ValueError(
+                f"act_weights must be 'online' or 'target', got {self.act_weights!r}")
+        if self.act_weights == "target" and not self.target_ema > 0:
+            raise ValueError(
+                "act_weights='target' acts with the moving average of the weights: set "
+                "target_ema > 0 (e.g. 0.001), or act_weights='online'")
         if self.value_target not in ("target_network", "search"):
             raise ValueError(
                 f"value_target must be 'target_network' or 'search', got {self.value_target!r}"

@@ -715,11 +715,12 @@ def make_train(
         progress = jnp.minimum(counters.env_steps.astype(jnp.float32) / max_env_steps, 1.0)
         temperature = temperature_at(schedule, progress)
         rng_key, act_key, learn_key = jax.random.split(rng_key, 3)
-        actor, traj, stats = rollout(state.params, actor, act_key, temperature)
+        act_params = state.target_params if config.act_weights == "target" else state.params
+        actor, traj, stats = rollout(act_params, actor, act_key, temperature)
         replay = buffer.add(replay, traj)
         if reanalyse is not None:  # split only then: other runs stay bit-identical
             learn_key, reanalyse_key = jax.random.split(learn_key)
-            replay = reanalyse(state.params, replay, reanalyse_key, counters.iterations)
+            replay = reanalyse(act_params, replay, reanalyse_key, counters.iterations)
         can_learn = (replay.num_added >= max(config.min_replay_steps, seq_len)) & (
             buffer.can_sample(replay)
         )

@@ -37,6 +37,8 @@ def test_defaults_and_derived_values():
         ("search_model", "decoded", "needs the decoder: set reconstruction_loss_weight"),
         ("eval_weights", "ema", "eval_weights must be 'online' or 'target'"),
         ("eval_weights", "target", "set target_ema > 0"),
+        ("act_weights", "ema", "act_weights must be 'online' or 'target'"),
+        ("act_weights", "target", "act_weights='target' acts with the moving average"),
         ("eval_symmetry_ensemble", "yes", "eval_symmetry_ensemble must be true or false"),
         ("act_symmetry_ensemble", 1, "act_symmetry_ensemble must be true or false"),
         ("random_move_prob", 1.0, r"random_move_prob must be a number in \[0, 1\)"),

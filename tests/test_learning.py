@@ -107,6 +107,37 @@ def test_evaluations_use_the_weights_eval_weights_names(eval_weights):
                                                          jax.tree.leaves(other)))
 
 
+def test_self_play_acts_with_the_weights_act_weights_names():
+    # act_weights="target": the iteration's self-play searches with
+    # target_params. One iteration from a state whose target weights are
+    # another initialisation's stores the very rows that acting with those
+    # weights as the online ones stores; acting with the online weights
+    # stores other rows.
+    base = dict(TINY, target_ema=0.25)
+    # Random weights everywhere (the initial output layers are zeros, whose
+    # searches would not depend on the rest).
+    params = make_train(preset("catch", seed=5, **base)).init(jax.random.key(7)).params
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(8), len(leaves))
+    other = jax.tree.unflatten(treedef, [0.3 * jax.random.normal(k, x.shape, x.dtype)
+                                         for k, x in zip(keys, leaves)])
+    rows = {}
+    for name, act_weights, swap in [("target", "target", "target_params"),
+                                    ("online_other", "online", "params"),
+                                    ("online", "online", "target_params")]:
+        config = preset("catch", seed=5, act_weights=act_weights, **base)
+        trainer = make_train(config)
+        state = trainer.init(jax.random.key(config.seed))
+        state = state._replace(**{swap: jax.tree.map(jnp.copy, other)})  # iteration donates
+        state, metrics = trainer.iteration(state)
+        assert not bool(metrics.learned)  # only acting: the weights stay put
+        rows[name] = jax.device_get(state.replay.data)
+    for a, b in zip(jax.tree.leaves(rows["target"]), jax.tree.leaves(rows["online_other"])):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(rows["target"]),
+                                                         jax.tree.leaves(rows["online"])))
+
+
 def test_evaluate_is_greedy_and_counts_episodes():
     config = preset("catch", **TINY)
     trainer = make_train(config)
