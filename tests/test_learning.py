@@ -121,12 +121,12 @@ def test_self_play_acts_with_the_weights_act_weights_names():
     keys = jax.random.split(jax.random.key(8), len(leaves))
     other = jax.tree.unflatten(treedef, [0.3 * jax.random.normal(k, x.shape, x.dtype)
                                          for k, x in zip(keys, leaves)])
-    rows = {}
+    rows, trainers = {}, {}
     for name, act_weights, swap in [("target", "target", "target_params"),
                                     ("online_other", "online", "params"),
                                     ("online", "online", "target_params")]:
         config = preset("catch", seed=5, act_weights=act_weights, **base)
-        trainer = make_train(config)
+        trainer = trainers.setdefault(act_weights, make_train(config))
         state = trainer.init(jax.random.key(config.seed))
         state = state._replace(**{swap: jax.tree.map(jnp.copy, other)})  # iteration donates
         state, metrics = trainer.iteration(state)
