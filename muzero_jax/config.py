@@ -384,20 +384,14 @@ class Config:
             raise ValueError(
                 "search_model='decoded' needs the decoder: set reconstruction_loss_weight > 0 "
                 "(or action_reconstruction_loss_weight > 0)")
-        if self.eval_weights not in ("online", "target"):
-            raise ValueError(
-                f"eval_weights must be 'online' or 'target', got {self.eval_weights!r}")
-        if self.eval_weights == "target" and not self.target_ema > 0:
-            raise ValueError(
-                "eval_weights='target' evaluates the moving average of the weights: set "
-                "target_ema > 0 (e.g. 0.001), or eval_weights='online'")
-        if self.act_weights not in ("online", "target"):
-            raise ValueError(
-                f"act_weights must be 'online' or 'target', got {self.act_weights!r}")
-        if self.act_weights == "target" and not self.target_ema > 0:
-            raise ValueError(
-                "act_weights='target' acts with the moving average of the weights: set "
-                "target_ema > 0 (e.g. 0.001), or act_weights='online'")
+        for name, verb in (("eval_weights", "evaluates"), ("act_weights", "acts with")):
+            weights = getattr(self, name)
+            if weights not in ("online", "target"):
+                raise ValueError(f"{name} must be 'online' or 'target', got {weights!r}")
+            if weights == "target" and not self.target_ema > 0:
+                raise ValueError(
+                    f"{name}='target' {verb} the moving average of the weights: set "
+                    f"target_ema > 0 (e.g. 0.001), or {name}='online'")
         if self.value_target not in ("target_network", "search"):
             raise ValueError(
                 f"value_target must be 'target_network' or 'search', got {self.value_target!r}"

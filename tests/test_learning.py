@@ -126,7 +126,9 @@ def test_self_play_acts_with_the_weights_act_weights_names():
                                     ("online_other", "online", "params"),
                                     ("online", "online", "target_params")]:
         config = preset("catch", seed=5, act_weights=act_weights, **base)
-        trainer = trainers.setdefault(act_weights, make_train(config))
+        if act_weights not in trainers:  # one compile per value
+            trainers[act_weights] = make_train(config)
+        trainer = trainers[act_weights]
         state = trainer.init(jax.random.key(config.seed))
         state = state._replace(**{swap: jax.tree.map(jnp.copy, other)})  # iteration donates
         state, metrics = trainer.iteration(state)
