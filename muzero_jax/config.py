@@ -174,6 +174,13 @@ class Config:
       value_target: "target_network" bootstraps from a target network's value
         at the bootstrap state (MuZero Reanalyze); "search" from the search
         value stored when acting (the original paper).
+      search_value_mix: w in [0, 1]; w > 0 makes every value target (before
+        the episode's end) `(1 - w) * n-step return + w * the search value
+        stored at that row` (its root value from acting, or from reanalyse):
+        AlphaZero's "average z and q" (A. Prasad, "Lessons from AlphaZero",
+        2019, on Connect Four). It lowers the variance of final-outcome
+        targets (`td_steps` at least the game's length), which carry every
+        exploratory move made after the row. 0 (default) is the paper's.
       target_update_period: copy params to the target network every this many
         updates (ignored when `target_ema` > 0).
       target_ema: if > 0, the target network tracks params as an exponential
@@ -301,6 +308,7 @@ class Config:
     action_reconstruction_loss_weight: float = 0.0
     augment_symmetries: bool = False
     value_target: Literal["target_network", "search"] = "target_network"
+    search_value_mix: float = 0.0
     target_update_period: int = 100
     target_ema: float = 0.0
     eval_weights: Literal["online", "target"] = "online"
@@ -366,6 +374,11 @@ class Config:
                 or not 0.0 <= self.random_move_prob < 1.0):
             raise ValueError(
                 f"random_move_prob must be a number in [0, 1), got {self.random_move_prob!r}")
+        if (isinstance(self.search_value_mix, bool)
+                or not isinstance(self.search_value_mix, (int, float))
+                or not 0.0 <= self.search_value_mix <= 1.0):
+            raise ValueError(
+                f"search_value_mix must be a number in [0, 1], got {self.search_value_mix!r}")
         if not 0.0 <= self.target_ema < 1.0:
             raise ValueError(f"target_ema must be in [0, 1), got {self.target_ema!r}")
         for name in ("priority_beta_start", "priority_beta_end"):

@@ -647,7 +647,8 @@ def make_train(
         boot = jax.lax.stop_gradient(bootstrap_values(target_params, seqs))
         targets = jax.vmap(
             functools.partial(make_targets, num_unroll_steps=k, td_steps=n,
-                              discount=signed_discount)
+                              discount=signed_discount,
+                              search_value_mix=float(config.search_value_mix))
         )(seqs, boot)
         batch = LossBatch(
             observation=seqs.observation[:, 0],

@@ -13,6 +13,13 @@ For a sequence of L = K + n + 1 stored rows starting at a sampled position,
 * reward: the stored reward of row j (received on arriving there).
 * policy: the stored search policy at row j while the episode is running.
 
+With `search_value_mix` w > 0 the value target of every row j before the
+episode's end becomes `(1 - w) z_j + w q_j`, q_j the search value stored at
+row j itself (its root value; refreshed by reanalyse): AlphaZero's "average
+the outcome and the search value" (A. Prasad, "Lessons from AlphaZero",
+part 4, 2019, on Connect Four), which trades the outcome's noise (every
+exploratory move after j) for the search's bias.
+
 Past the end of a terminated episode the model sees absorbing states (value 0,
 reward 0, no policy); past a truncation there is no information, so the value
 and reward losses are masked there too.
@@ -120,6 +127,7 @@ def make_targets(
     num_unroll_steps: int,
     td_steps: int,
     discount: float,
+    search_value_mix: float = 0.0,
 ) -> Targets:
     """Value, reward and policy targets for one stored sequence.
 
@@ -133,6 +141,9 @@ def make_targets(
       td_steps: n.
       discount: per-step discount; pass `-gamma` for alternating two-player
         zero-sum games (rewards are from the point of view of the mover).
+      search_value_mix: w in [0, 1], the weight of row j's own stored search
+        value in its value target, at rows before the episode's end (a
+        terminal row's target stays 0). 0 is the paper's target.
 
     Returns:
       `Targets` for the K + 1 unroll positions, under `stop_gradient`.
@@ -146,6 +157,10 @@ def make_targets(
         positions=k + 1, td_steps=td_steps, discount=discount,
     )
     j = jnp.arange(k + 1)
+    if search_value_mix:  # a Python float: 0 leaves the graph as it was
+        mixed = ((1.0 - search_value_mix) * value
+                 + search_value_mix * sequence.search_value[: k + 1])
+        value = jnp.where(j < end, mixed, value)
     in_episode = j <= end
     # Past a terminal state: absorbing (value 0, reward 0) and still trained;
     # past a truncation: unknown, masked.

@@ -44,6 +44,9 @@ def test_defaults_and_derived_values():
         ("random_move_prob", 1.0, r"random_move_prob must be a number in \[0, 1\)"),
         ("random_move_prob", -0.1, "random_move_prob must be a number"),
         ("random_move_prob", True, "random_move_prob must be a number"),
+        ("search_value_mix", 1.5, r"search_value_mix must be a number in \[0, 1\]"),
+        ("search_value_mix", -0.1, "search_value_mix must be a number"),
+        ("search_value_mix", True, "search_value_mix must be a number"),
     ],
 )
 def test_bad_values(field, value, message):

@@ -84,6 +84,21 @@ class TargetsTest(chex.TestCase):
         # Row 2's mover wins: +1; row 1's mover loses: -1; row 0's mover wins: +1.
         np.testing.assert_allclose(t.value, [1.0, -1.0, 1.0, 0.0])
 
+    def test_search_value_mix_averages_outcome_and_stored_search_value(self):
+        # The game of test_two_player_signs_alternate, with the search values
+        # stored at each row: w = 0.25 gives 0.75 z_j + 0.25 q_j before the
+        # end; the terminal row's target stays 0 (its stored 0.3 is not read).
+        seq = _seq([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], last=[3], terminated=[3])
+        seq = seq._replace(search_value=jnp.asarray([0.5, -0.2, 0.8, 0.3, 9.0, 9.0, 9.0]))
+        boot = jnp.zeros((7,))
+        t = make_targets(seq, boot, num_unroll_steps=3, td_steps=3, discount=-1.0,
+                         search_value_mix=0.25)
+        # z = [1, -1, 1, 0]: 0.75 + 0.125, -0.75 - 0.05, 0.75 + 0.2, 0.
+        np.testing.assert_allclose(t.value, [0.875, -0.8, 0.95, 0.0], rtol=1e-6)
+        full = make_targets(seq, boot, num_unroll_steps=3, td_steps=3, discount=-1.0,
+                            search_value_mix=1.0)
+        np.testing.assert_allclose(full.value, [0.5, -0.2, 0.8, 0.0], rtol=1e-6)
+
     def test_n_step_values_vmaps(self):
         rewards = jnp.ones((4, 6))
         boot = jnp.zeros((4, 6))
