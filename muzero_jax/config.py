@@ -26,6 +26,14 @@ def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool 
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
+def _fraction(name: str, value: Any, *, include_one: bool) -> None:
+    """`value` must be a number (not a bool) in [0, 1] or [0, 1)."""
+    number = not isinstance(value, bool) and isinstance(value, int | float)
+    if not number or not (0.0 <= value and (value <= 1.0 if include_one else value < 1.0)):
+        raise ValueError(f"{name} must be a number in [0, 1{']' if include_one else ')'}, "
+                         f"got {value!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Everything a training run needs. Defaults suit Catch on a laptop CPU.
@@ -181,6 +189,8 @@ class Config:
         2019, on Connect Four). It lowers the variance of final-outcome
         targets (`td_steps` at least the game's length), which carry every
         exploratory move made after the row. 0 (default) is the paper's.
+        Prioritised replay's priorities |q - target| shrink by (1 - w), so
+        at w = 1 sampling is uniform.
       target_update_period: copy params to the target network every this many
         updates (ignored when `target_ema` > 0).
       target_ema: if > 0, the target network tracks params as an exponential
@@ -369,16 +379,8 @@ class Config:
             _positive(name, getattr(self, name), allow_zero=True, integer=False)
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {self.discount!r}")
-        if (isinstance(self.random_move_prob, bool)
-                or not isinstance(self.random_move_prob, (int, float))
-                or not 0.0 <= self.random_move_prob < 1.0):
-            raise ValueError(
-                f"random_move_prob must be a number in [0, 1), got {self.random_move_prob!r}")
-        if (isinstance(self.search_value_mix, bool)
-                or not isinstance(self.search_value_mix, (int, float))
-                or not 0.0 <= self.search_value_mix <= 1.0):
-            raise ValueError(
-                f"search_value_mix must be a number in [0, 1], got {self.search_value_mix!r}")
+        _fraction("random_move_prob", self.random_move_prob, include_one=False)
+        _fraction("search_value_mix", self.search_value_mix, include_one=True)
         if not 0.0 <= self.target_ema < 1.0:
             raise ValueError(f"target_ema must be in [0, 1), got {self.target_ema!r}")
         for name in ("priority_beta_start", "priority_beta_end"):
