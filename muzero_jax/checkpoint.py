@@ -217,8 +217,9 @@ class Checkpointer:
 
         Raises:
           CheckpointError: no checkpoint, unreadable files, a config that
-            differs from `trainer.config`, or arrays whose shapes or dtypes do
-            not match.
+            differs from `trainer.config`, a whole state written on another
+            number of devices than `trainer`'s, or arrays whose shapes or
+            dtypes do not match.
           ValueError: a `params_item` other than those two.
         """
         if params_item not in ("params", "target_params"):
@@ -235,6 +236,13 @@ class Checkpointer:
                 f"checkpoint {self._step_dir(step)} was written with a different config "
                 f"({details})"
             )
+        saved_devices, devices = meta.get("num_devices"), trainer.mesh.devices.size
+        if not params_only and saved_devices is not None and saved_devices != devices:
+            raise CheckpointError(
+                f"checkpoint {self._step_dir(step)} was written on {saved_devices} device(s) "
+                f"and this run has {devices}: resume it on {saved_devices} (on a CPU host: "
+                f"--cpu-devices {saved_devices}; its parameters alone load anywhere, as eval "
+                "and play do)")
         target = abstract_state(trainer)
         names = (params_item,) if params_only else _STATE_ITEMS
         # Optional fields added since the checkpoint was written (None in

@@ -85,6 +85,12 @@ class TrainArgs:
         ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/muzero-jax/xla), "none"
         (off) or a directory. A repeated run of the same program skips XLA's
         compile (about 20 s of the Catch preset's start on a 2-core CPU).
+      cpu_devices: on a CPU, split the host into this many JAX devices so
+        that a data-parallel run keeps that many cores busy (XLA:CPU runs one
+        device's program mostly on one core); 0: JAX's default (one). The
+        run uses them all unless --num-devices says fewer, and a resume needs
+        the same count. On the 2-core CPU, 2 ran the Connect Four preset's
+        iterations 1.34x faster, but Catch's tiny ones 0.60x (README).
     """
 
     config: Annotated[Config, tyro.conf.arg(name="", prefix_name=False)]
@@ -105,6 +111,7 @@ class TrainArgs:
     distributed_timeout_s: int = 120
     num_seeds: int = 1
     compile_cache: str = "auto"
+    cpu_devices: int = 0
 
     def distributed(self):
         """The validated `DistributedConfig` of these flags (ValueError if inconsistent)."""
@@ -134,6 +141,8 @@ class TrainArgs:
             raise ValueError("--num-seeds runs keep no checkpoints, so they cannot --resume")
         if self.keep_checkpoints < 1:
             raise ValueError(f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}")
+        if self.cpu_devices < 0:
+            raise ValueError(f"--cpu-devices must be >= 0, got {self.cpu_devices}")
         _check_compile_cache(self.compile_cache)
 
 
@@ -375,6 +384,13 @@ def _train(argv: list[str]) -> int:
     args = _parse_train(argv)
     config = args.config
     dist = args.distributed()
+    if args.cpu_devices:  # before anything starts JAX's backends
+        from muzero_jax.distributed import use_cpu_devices
+
+        try:
+            use_cpu_devices(args.cpu_devices)
+        except ValueError as e:
+            raise UsageError(f"{_PROG} train: {e}") from None
     from muzero_jax import compile_cache
 
     compile_cache.enable(args.compile_cache)

@@ -1,10 +1,18 @@
-"""Multi-host runs: `jax.distributed` start-up, and placing host values on a global mesh.
+"""Device set-up: several CPU devices on one host, multi-host `jax.distributed`
+start-up, and placing host values on a global mesh.
 
 A run that spans hosts is one SPMD program over all processes' devices
 (multi-controller JAX): every process runs the same Python, builds the same
 mesh over `jax.devices()` (all processes' devices) and calls the same jitted
 iteration; XLA's collectives (`lax.pmean`) cross hosts. Only process 0 writes
 logs and checkpoints.
+
+On one CPU host, `use_cpu_devices(N)` splits the host into N JAX CPU devices
+before JAX starts. XLA:CPU runs one device's program mostly on one thread
+(the small matrix products of these networks do not spread over cores), and
+each device on its own, so a data-parallel run over N devices keeps N cores
+busy at once: the same global batch and environments, each device taking its
+1/N share, with gradients averaged by `lax.pmean`.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ __all__ = [
     "initialize",
     "is_main_process",
     "place_on_mesh",
+    "use_cpu_devices",
 ]
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9.\-_\[\]:]+:(\d{1,5})$")
@@ -82,6 +91,32 @@ class DistributedConfig:
     def enabled(self) -> bool:
         """Whether this run spans processes."""
         return self.auto or bool(self.coordinator)
+
+
+def use_cpu_devices(count: int) -> None:
+    """Makes JAX's CPU backend start with `count` devices (`jax_num_cpu_devices`).
+
+    Call it before anything runs on JAX (the CLI's `--cpu-devices` does so
+    first thing). A run then uses them as it would use `count` GPUs (by
+    default all of them; `num_devices` picks fewer): the same seed and device
+    count give the same result, and resuming a checkpoint needs the device
+    count that wrote it. Accelerator backends keep their own devices.
+
+    Raises:
+      ValueError: `count` is not a positive integer, or JAX has already
+        started its backends with another count (in a Python process, set
+        `jax.config.update("jax_num_cpu_devices", N)` right after `import jax`).
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"--cpu-devices must be an integer >= 1, got {count!r}")
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        raise ValueError(
+            f"--cpu-devices {count}: JAX has already started with "
+            f"{len(jax.devices('cpu'))} CPU device(s); in a Python process, call "
+            f"jax.config.update('jax_num_cpu_devices', {count}) right after importing jax"
+        ) from None
 
 
 def initialize(config: DistributedConfig) -> None:

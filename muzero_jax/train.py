@@ -346,6 +346,9 @@ def train(
             "wall_s": round(time.perf_counter() - start, 3),
             "eval_history": evals,
             "solved_at": solved_at,
+            # The per-device state (replay, actors, keys) has one shard per
+            # device: a resume must run on as many.
+            "num_devices": int(trainer.mesh.devices.size),
         }
         checkpointer.save(row_iteration, state, meta, config)
         last_saved, last_save_time = row_iteration, time.perf_counter()

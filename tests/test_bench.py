@@ -197,6 +197,7 @@ def test_e2e_counts_environment_steps(tmp_path):
         (["e2e", "--num-devices", "64"], "JAX sees"),
         (["e2e", "--solve-seeds", "x"], "seeds >= 0"),
         (["e2e", "--max-seconds", "0"], "--max-seconds must be > 0"),
+        (["e2e", "--cpu-devices", "0"], "must be >= 1"),
         (["search", "--actions", "x"], None),
     ],
 )

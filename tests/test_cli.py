@@ -292,3 +292,66 @@ def test_train_act_symmetry_ensemble_is_refused_without_symmetries(tmp_path, cap
     err = capsys.readouterr().err
     assert "act_symmetry_ensemble is set, but" in err and len(err.strip().splitlines()) == 1
     assert not (logdir / "checkpoints").exists()
+
+
+def test_cpu_devices_is_refused_once_jax_has_started(tmp_path, capsys):
+    """In a process whose JAX backends already run, `--cpu-devices` cannot
+    take effect: one line that says how, exit 2, nothing written."""
+    import jax
+
+    started = len(jax.devices("cpu"))  # starts the backends if no test did
+    logdir = tmp_path / "run"
+    assert main(["train", "--env", "catch", "--logdir", str(logdir),
+                 "--cpu-devices", str(started + 1)]) == 2
+    err = capsys.readouterr().err
+    assert f"JAX has already started with {started} CPU device(s)" in err
+    assert "jax_num_cpu_devices" in err and len(err.strip().splitlines()) == 1
+    assert not logdir.exists()
+    assert main(["train", "--env", "catch", "--cpu-devices", "-1"]) == 2
+    assert "--cpu-devices must be >= 0" in capsys.readouterr().err
+
+
+_CPU_DEVICES_CHILD = """
+import sys
+from muzero_jax.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_cpu_devices_trains_on_that_many_devices_and_resume_needs_them(tmp_path, capsys):
+    """`train --cpu-devices 2` (a fresh process: the flag must come before
+    JAX starts) runs on two CPU devices and says so; its checkpoint records
+    them, so resuming on this process's one device is refused with the
+    count to use and the run left as it was, while eval (parameters only)
+    loads it here."""
+    import os
+    import subprocess
+
+    import jax
+
+    if len(jax.devices("cpu")) == 2:
+        pytest.skip("this process already has two CPU devices")
+    logdir = tmp_path / "run"
+    argv = ["train", "--env", "catch", "--logdir", str(logdir), "--max-iterations", "2",
+            "--stop-at", "None", "--progress", "none", "--cpu-devices", "2", *TINY_ARGS,
+            "--eval-every", "0"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                                if "device_count" not in f)
+    proc = subprocess.run([sys.executable, "-c", _CPU_DEVICES_CHILD, *argv],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "on 2 device(s)" in proc.stdout
+    from muzero_jax.checkpoint import Checkpointer
+
+    meta, step = Checkpointer(logdir / "checkpoints", create=False).read_meta()
+    assert step == 2 and meta["num_devices"] == 2
+    before = (logdir / "metrics.jsonl").read_text()
+    assert main(["train", "--resume", str(logdir), "--max-iterations", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "was written on 2 device(s) and this run has 1" in err
+    assert "--cpu-devices 2" in err and len(err.strip().splitlines()) == 1
+    assert (logdir / "metrics.jsonl").read_text() == before
+    assert main(["eval", "--logdir", str(logdir), "--episodes", "2",
+                 "--num-simulations", "2"]) == 0
+    assert json.loads((logdir / "eval.json").read_text())["step"] == 2

@@ -335,6 +335,9 @@ def _parser() -> argparse.ArgumentParser:
     e2e.add_argument("--num-devices", type=_ints, default=None,
                      help="comma-separated device counts to compare, e.g. 1,2,4 "
                      "(default: all devices JAX sees)")
+    e2e.add_argument("--cpu-devices", type=_positive, default=None,
+                     help="on a CPU, split the host into this many JAX devices first "
+                          "(as `train --cpu-devices`); compare them with --num-devices")
     e2e.add_argument("--set", default="{}", help="JSON object of config overrides")
     e2e.add_argument("--solve-seeds", type=_seeds, default=[],
                      help="also train these seeds (e.g. 0,1,2) to the solved threshold "
@@ -394,6 +397,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "samples_per_s_min", "samples_per_s_max", "compile_s",
                                 "model_flops_per_step", "mfu")))
         else:
+            if args.cpu_devices is not None:  # before anything starts JAX's backends
+                from muzero_jax.distributed import use_cpu_devices
+
+                try:
+                    use_cpu_devices(args.cpu_devices)
+                except ValueError as e:
+                    raise _UsageError(f"{_PROG} e2e: {e}") from None
             from muzero_jax.envs import ENV_NAMES
 
             envs = [e.strip() for e in args.envs.split(",") if e.strip()]
