@@ -79,6 +79,35 @@ def test_target_network_tracks_params_as_an_exponential_moving_average():
         assert max(gaps) > 1e-2, gaps
 
 
+def test_search_value_mix_reaches_the_value_targets_of_training():
+    # The replay priority of a sampled start is |stored search value - value
+    # target| at row 0 (+ epsilon 1e-6), and row 0 never ends an episode. With
+    # search_value_mix 1 that target is the stored search value itself, so every
+    # start the first update sampled gets priority epsilon exactly; with the
+    # paper's target (mix 0) the same starts get |q - z| + epsilon instead. Both
+    # runs act and sample identically up to the first update (same seed, all
+    # priorities still max_priority = 1), so they touch the same starts.
+    def first_update_priorities(mix):
+        config = preset("catch", seed=4, search_value_mix=mix, **TINY)
+        assert config.updates_per_iteration == 1
+        trainer = make_train(config)
+        state = trainer.init(jax.random.key(config.seed))
+        for i in range(4):  # learning starts at iteration 4
+            state, metrics = trainer.iteration(state)
+            assert bool(metrics.learned) == (i == 3)
+        return np.asarray(jax.device_get(state.replay.priorities)).reshape(
+            TINY["num_envs"], -1), float(jax.device_get(state.replay.max_priority).max())
+
+    paper, paper_max = first_update_priorities(0.0)
+    mixed, mixed_max = first_update_priorities(1.0)
+    touched = (paper != 0.0) & (paper != 1.0)
+    assert 1 <= touched.sum() <= TINY["batch_size"]
+    assert np.all(paper[touched] > 1e-4), paper[touched]  # |q - z| is not 0 here
+    np.testing.assert_array_equal(mixed[touched], np.float32(1e-6))
+    np.testing.assert_array_equal(mixed[~touched], paper[~touched])  # 0 or max_priority 1
+    assert mixed_max == 1.0  # epsilon never raises max_priority
+
+
 @pytest.mark.parametrize("eval_weights", ["online", "target"])
 def test_evaluations_use_the_weights_eval_weights_names(eval_weights):
     # eval_weights="target": the trainer evaluates the moving average of the
