@@ -23,6 +23,7 @@ def _repo_on_path(monkeypatch):
 def test_logdir_holds_the_final_state_for_load_agent(tmp_path):
     from experiments.board_games import run
     from muzero_jax import load_agent
+    from muzero_jax.checkpoint import Checkpointer
     from muzero_jax.learning import make_train
     from muzero_jax.presets import preset
 
@@ -32,6 +33,9 @@ def test_logdir_holds_the_final_state_for_load_agent(tmp_path):
     result = run("tic_tac_toe", seed=3, max_seconds=0.0, eval_every=1, eval_games=2,
                  opponent="random", overrides=overrides, logdir=str(tmp_path))
     assert result["evaluations"] == []
+    assert result["num_devices"] == len(jax.devices())
+    meta, _ = Checkpointer(tmp_path / "checkpoints", create=False).read_meta()
+    assert meta["num_devices"] == len(jax.devices())  # what a full-state resume checks
     config = preset("tic_tac_toe", seed=3, **overrides)
     expected = make_train(config).init(jax.random.key(3)).params
 
@@ -205,6 +209,8 @@ def test_eval_and_print_every_seconds_follow_the_training_clock(monkeypatch, cap
     clock = [0.0]
 
     class FakeTrainer:  # each iteration takes 4 s of the (fake) training clock
+        mesh = types.SimpleNamespace(devices=np.zeros(1))
+
         def init(self, key):
             return types.SimpleNamespace(params=None, counters=types.SimpleNamespace(env_steps=0))
 
@@ -320,3 +326,17 @@ def test_pass_report_flags_are_checked_before_anything_runs(argv, message, capsy
         main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_cpu_devices_is_checked_before_anything_runs(capsys):
+    from experiments.board_games import main
+
+    started = len(jax.devices("cpu"))  # this process's JAX backends run from here on
+    for argv, message in ((["--cpu-devices", "-1"], "--cpu-devices must be >= 0"),
+                          (["--cpu-devices", str(started + 1)], "jax_num_cpu_devices")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--env", "tic_tac_toe", "--max-seconds", "0", *argv])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err, err
+    assert len(jax.devices("cpu")) == started
