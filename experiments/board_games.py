@@ -775,6 +775,8 @@ def main(argv: list[str] | None = None) -> None:
                  print_every_seconds=args.print_every_seconds)
     if args.print_every_seconds > 0:
         result["command"] += f" --print-every-seconds {args.print_every_seconds:g}"
+    if args.opponent:
+        result["command"] += f" --opponent {args.opponent}"
     if args.cpu_devices:
         result["command"] += f" --cpu-devices {args.cpu_devices}"
     if overrides:
