@@ -148,12 +148,14 @@ def _load() -> list[float] | None:
 def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games: int,
         opponent: str, overrides: dict, logdir: str | None = None,
         env_kwargs: dict | None = None, eval_every_seconds: float = 0.0,
-        print_every_seconds: float = 0.0) -> dict:
+        print_every_seconds: float = 0.0, cpu_devices: int = 0) -> dict:
     """Trains, evaluating every `eval_every` iterations (or, with
     `eval_every_seconds` > 0, each time the training wall time passes another
     multiple of it: for a machine whose speed is not known ahead); with `logdir`, saves the
     final state there as `muzero-jax train` does (`config.json`, `checkpoints/`),
-    so `muzero-jax eval` / `play` / `load_agent` take the trained agent.
+    so `muzero-jax eval` / `play` / `load_agent` take the trained agent
+    (and `launch.json`: the `cpu_devices` this process was started with,
+    which `muzero-jax train --resume` starts with).
     `env_kwargs` build the self-play environment (`make_env(env, **env_kwargs)`);
     evaluations play the standard game."""
     from muzero_jax.agent import Agent  # the CLI's agent (search from a batch of observations)
@@ -218,7 +220,7 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
             met_at = row
     num_devices = int(trainer.mesh.devices.size)
     if logdir is not None:
-        _save(logdir, config, state, iteration, train_s, evals, num_devices)
+        _save(logdir, config, state, iteration, train_s, evals, num_devices, cpu_devices)
     return {
         "env": env,
         "seed": seed,
@@ -246,15 +248,18 @@ def run(env: str, *, seed: int, max_seconds: float, eval_every: int, eval_games:
 
 
 def _save(logdir: str, config, state, iteration: int, train_s: float, evals: list,
-          num_devices: int) -> None:
+          num_devices: int, cpu_devices: int) -> None:
     """The final state as a run directory of `muzero-jax train` (its metadata
-    records the device count, which a full-state resume must match)."""
+    records the device count, which a full-state resume must match, and its
+    launch.json the `--cpu-devices` that resume starts with)."""
     from muzero_jax.checkpoint import Checkpointer
+    from muzero_jax.cli import write_launch_file
     from muzero_jax.train import config_json
 
     os.makedirs(logdir, exist_ok=True)
     with open(os.path.join(logdir, "config.json"), "w") as f:
         f.write(config_json(config))
+    write_launch_file(logdir, cpu_devices)
     checkpointer = Checkpointer(os.path.join(logdir, "checkpoints"))
     try:
         checkpointer.save(iteration, state, {"env_steps": int(state.counters.env_steps),
@@ -772,7 +777,7 @@ def main(argv: list[str] | None = None) -> None:
                  opponent=args.opponent or OPPONENT[args.env], overrides=overrides,
                  logdir=args.logdir, env_kwargs=json.loads(args.env_kwargs),
                  eval_every_seconds=args.eval_every_seconds,
-                 print_every_seconds=args.print_every_seconds)
+                 print_every_seconds=args.print_every_seconds, cpu_devices=args.cpu_devices)
     if args.print_every_seconds > 0:
         result["command"] += f" --print-every-seconds {args.print_every_seconds:g}"
     if args.opponent:

@@ -28,7 +28,7 @@ import tyro
 
 from muzero_jax.config import Config, config_from_dict, config_to_dict
 
-__all__ = ["EvalArgs", "TrainArgs", "main"]
+__all__ = ["LAUNCH_FILE", "EvalArgs", "TrainArgs", "main", "write_launch_file"]
 
 _PROG = "muzero-jax"
 _COMMANDS = {
@@ -38,7 +38,11 @@ _COMMANDS = {
     "play": "play against a trained agent (muzero-jax play --help)",
 }
 _FORWARDED = {"bench": "muzero_jax.bench.cli", "play": "muzero_jax.play"}
-_RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "curve.png", "eval.json")
+_RUN_FILES = ("config.json", "launch.json", "metrics.jsonl", "checkpoints", "curve.png",
+              "eval.json")
+LAUNCH_FILE = "launch.json"
+"""A run directory's record of how its processes were started (`{"cpu_devices":
+N}`): `train --resume` starts the same way unless told otherwise."""
 
 
 class UsageError(Exception):
@@ -55,7 +59,8 @@ class TrainArgs:
       logdir: run directory (default: runs/ENV-<timestamp>).
       resume: continue the run in this directory from its latest checkpoint
         (config flags, if given, must equal the run's; --max-env-steps may
-        change).
+        change; --cpu-devices defaults to the run's own, from its
+        launch.json).
       overwrite: replace the run files already in --logdir.
       max_seconds: wall-clock budget of this invocation in seconds, compile
         included (None: no limit).
@@ -89,8 +94,10 @@ class TrainArgs:
         that a data-parallel run keeps that many cores busy (XLA:CPU runs one
         device's program mostly on one core); 0: JAX's default (one). The
         run uses them all unless --num-devices says fewer, and a resume needs
-        the same count. On the 2-core CPU, 2 ran the Connect Four preset's
-        iterations 1.34x faster, but Catch's tiny ones 0.60x (README).
+        the same count (the run directory's launch.json records it, and
+        --resume uses it unless given). On the 2-core CPU, 2 ran the Connect
+        Four preset's iterations 1.34x faster, but Catch's tiny ones 0.60x
+        (README).
     """
 
     config: Annotated[Config, tyro.conf.arg(name="", prefix_name=False)]
@@ -295,6 +302,32 @@ def _load_run_config(logdir: str) -> Config:
         raise UsageError(f"{_PROG} train: --resume {logdir}: unreadable config.json ({e})") from e
 
 
+def write_launch_file(logdir: str, cpu_devices: int) -> None:
+    """Records in `logdir` how the run's processes were started (LAUNCH_FILE)."""
+    with open(os.path.join(logdir, LAUNCH_FILE), "w") as f:
+        json.dump({"cpu_devices": int(cpu_devices)}, f)
+        f.write("\n")
+
+
+def _launched_cpu_devices(logdir: str) -> int:
+    """The `--cpu-devices` a run was started with (0 for runs without a
+    launch.json: JAX's default, as before the file existed)."""
+    path = os.path.join(logdir, LAUNCH_FILE)
+    if not os.path.isfile(path):
+        return 0
+    try:
+        with open(path) as f:
+            count = json.load(f)["cpu_devices"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{_PROG} train: --resume {logdir}: unreadable {LAUNCH_FILE} ({e}); "
+                         "give --cpu-devices N to say how to start") from None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise UsageError(f"{_PROG} train: --resume {logdir}: {LAUNCH_FILE} holds cpu_devices "
+                         f"{count!r}, not an integer >= 0; give --cpu-devices N to say how "
+                         "to start")
+    return count
+
+
 def _check_writable(logdir: str) -> None:
     parent = logdir
     while parent and not os.path.exists(parent):
@@ -317,7 +350,8 @@ def _parse_train(argv: list[str]) -> TrainArgs:
                          f"known: {', '.join(ENV_NAMES)}")
     if resume is not None:
         stored = _load_run_config(resume)
-        default = TrainArgs(config=stored, stop_at=DEFAULT_STOP_AT.get(stored.env))
+        default = TrainArgs(config=stored, stop_at=DEFAULT_STOP_AT.get(stored.env),
+                            cpu_devices=_launched_cpu_devices(resume))
     else:
         if env is None and not any(a in ("-h", "--help") for a in argv):
             raise UsageError(f"{_PROG} train: --env is required "
@@ -417,6 +451,8 @@ def _train(argv: list[str]) -> int:
         os.makedirs(logdir, exist_ok=True)
         if args.overwrite and args.resume is None and main_process:
             _clear_run(logdir)
+        if args.resume is None and main_process:
+            write_launch_file(logdir, args.cpu_devices)
     except OSError as e:
         raise UsageError(f"{_PROG} train: cannot write to --logdir {logdir}: {e.strerror}") from e
     if args.num_seeds > 1:

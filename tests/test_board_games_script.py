@@ -36,6 +36,8 @@ def test_logdir_holds_the_final_state_for_load_agent(tmp_path):
     assert result["num_devices"] == len(jax.devices())
     meta, _ = Checkpointer(tmp_path / "checkpoints", create=False).read_meta()
     assert meta["num_devices"] == len(jax.devices())  # what a full-state resume checks
+    # How `muzero-jax train --resume` starts its process: JAX's default devices.
+    assert json.loads((tmp_path / "launch.json").read_text()) == {"cpu_devices": 0}
     config = preset("tic_tac_toe", seed=3, **overrides)
     expected = make_train(config).init(jax.random.key(3)).params
 
@@ -340,3 +342,26 @@ def test_cpu_devices_is_checked_before_anything_runs(capsys):
         err = capsys.readouterr().err
         assert message in err, err
     assert len(jax.devices("cpu")) == started
+
+
+def test_cpu_devices_is_recorded_where_train_resume_reads_it(tmp_path, monkeypatch, capsys):
+    """`--cpu-devices N` reaches the run directory's launch.json (from which
+    `muzero-jax train --resume` takes its default) and the recorded command.
+    JAX already runs in this process, so the device split itself is stood in
+    for; the saved run is real (no training time: the initial state)."""
+    import muzero_jax.distributed
+    from experiments.board_games import main
+    from muzero_jax.cli import _launched_cpu_devices
+
+    split = []
+    monkeypatch.setattr(muzero_jax.distributed, "use_cpu_devices", split.append)
+    overrides = {"num_envs": 4, "rollout_length": 5, "batch_size": 4, "replay_capacity": 20,
+                 "min_replay_steps": 2}
+    main(["--env", "tic_tac_toe", "--max-seconds", "0", "--opponent", "random",
+          "--cpu-devices", "2", "--set", json.dumps(overrides), "--out", str(tmp_path),
+          "--logdir", str(tmp_path / "run")])
+    assert split == [2]
+    assert json.loads((tmp_path / "run" / "launch.json").read_text()) == {"cpu_devices": 2}
+    assert _launched_cpu_devices(str(tmp_path / "run")) == 2
+    result = json.loads((tmp_path / "tic_tac_toe_seed0.json").read_text())
+    assert "--cpu-devices 2" in result["command"]

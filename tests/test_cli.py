@@ -313,12 +313,13 @@ def test_cpu_devices_is_refused_once_jax_has_started(tmp_path, capsys):
     assert "--cpu-devices must be >= 0" in capsys.readouterr().err
 
 
-def test_cpu_devices_trains_on_that_many_devices_and_resume_needs_them(tmp_path, capsys):
+def test_cpu_devices_trains_on_that_many_devices_and_resume_starts_the_same_way(
+        tmp_path, capsys):
     """`train --cpu-devices 2` (a fresh process: the flag must come before
-    JAX starts) runs on two CPU devices and says so; its checkpoint records
-    them, so resuming on this process's other device count is refused with the
-    count to use and the run left as it was, while eval (parameters only)
-    loads it here."""
+    JAX starts) runs on two CPU devices, says so and records the flag in
+    launch.json; `--resume` without the flag starts two devices again and
+    continues. Told another count, the resume is refused with the count to
+    use and the run left as it was; eval (parameters only) loads it anywhere."""
     import jax
 
     here = len(jax.devices())
@@ -335,16 +336,53 @@ def test_cpu_devices_trains_on_that_many_devices_and_resume_needs_them(tmp_path,
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "on 2 device(s)" in proc.stdout
+    assert json.loads((logdir / "launch.json").read_text()) == {"cpu_devices": 2}
     from muzero_jax.checkpoint import Checkpointer
 
     meta, step = Checkpointer(logdir / "checkpoints", create=False).read_meta()
     assert step == 2 and meta["num_devices"] == 2
     before = (logdir / "metrics.jsonl").read_text()
-    assert main(["train", "--resume", str(logdir), "--max-iterations", "3"]) == 2
+    # Told JAX's default count (this process: `here`), the checkpoint refuses.
+    assert main(["train", "--resume", str(logdir), "--max-iterations", "3",
+                 "--cpu-devices", "0"]) == 2
     err = capsys.readouterr().err
     assert f"was written on 2 device(s) and this run has {here}" in err
     assert "--cpu-devices 2" in err and len(err.strip().splitlines()) == 1
+    # Not told, it takes the run's 2, which this process (JAX running) cannot start.
+    assert main(["train", "--resume", str(logdir), "--max-iterations", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--cpu-devices 2: JAX has already started" in err
+    assert len(err.strip().splitlines()) == 1
     assert (logdir / "metrics.jsonl").read_text() == before
     assert main(["eval", "--logdir", str(logdir), "--episodes", "2",
                  "--num-simulations", "2"]) == 0
     assert json.loads((logdir / "eval.json").read_text())["step"] == 2
+    # A fresh process resumes on the run's two devices without being told.
+    proc = subprocess.run([sys.executable, "-m", "muzero_jax.cli", "train", "--resume",
+                           str(logdir), "--max-iterations", "3", "--progress", "none"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming catch" in proc.stdout and "on 2 device(s)" in proc.stdout
+    meta, step = Checkpointer(logdir / "checkpoints", create=False).read_meta()
+    assert step == 3 and meta["num_devices"] == 2
+    rows = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["iteration"] == 3
+
+
+def test_resume_refuses_an_unreadable_launch_file(tmp_path, capsys):
+    """A damaged launch.json is one clear error that names the way out,
+    before anything starts, and the run is left as it was."""
+    from muzero_jax.presets import preset
+    from muzero_jax.train import config_json
+
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    (logdir / "config.json").write_text(config_json(preset("catch")))
+    for content, message in (("{", "unreadable launch.json"),
+                             ('{"cpu_devices": -1}', "not an integer >= 0")):
+        (logdir / "launch.json").write_text(content)
+        assert main(["train", "--resume", str(logdir)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "--cpu-devices N" in err
+        assert len(err.strip().splitlines()) == 1
+        assert (logdir / "launch.json").read_text() == content
