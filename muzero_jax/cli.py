@@ -350,8 +350,11 @@ def _parse_train(argv: list[str]) -> TrainArgs:
                          f"known: {', '.join(ENV_NAMES)}")
     if resume is not None:
         stored = _load_run_config(resume)
+        # A given --cpu-devices wins (tyro parses it); only without one is the
+        # run's launch.json read.
+        launched = 0 if _option(argv, "--cpu-devices") else _launched_cpu_devices(resume)
         default = TrainArgs(config=stored, stop_at=DEFAULT_STOP_AT.get(stored.env),
-                            cpu_devices=_launched_cpu_devices(resume))
+                            cpu_devices=launched)
     else:
         if env is None and not any(a in ("-h", "--help") for a in argv):
             raise UsageError(f"{_PROG} train: --env is required "

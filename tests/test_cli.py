@@ -386,3 +386,8 @@ def test_resume_refuses_an_unreadable_launch_file(tmp_path, capsys):
         assert message in err and "--cpu-devices N" in err
         assert len(err.strip().splitlines()) == 1
         assert (logdir / "launch.json").read_text() == content
+        # The way out it names: a given --cpu-devices does not read the file
+        # (this run has no checkpoint, so that is the next error).
+        assert main(["train", "--resume", str(logdir), "--cpu-devices", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "no checkpoint in" in err and "launch.json" not in err
