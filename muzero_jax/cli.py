@@ -38,11 +38,11 @@ _COMMANDS = {
     "play": "play against a trained agent (muzero-jax play --help)",
 }
 _FORWARDED = {"bench": "muzero_jax.bench.cli", "play": "muzero_jax.play"}
-_RUN_FILES = ("config.json", "launch.json", "metrics.jsonl", "checkpoints", "curve.png",
-              "eval.json")
 LAUNCH_FILE = "launch.json"
 """A run directory's record of how its processes were started (`{"cpu_devices":
 N}`): `train --resume` starts the same way unless told otherwise."""
+_RUN_FILES = ("config.json", LAUNCH_FILE, "metrics.jsonl", "checkpoints", "curve.png",
+              "eval.json")
 
 
 class UsageError(Exception):
