@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -61,25 +62,53 @@ def _boards(data, num_rows):
         yield b, t, mine, theirs, ~(mine | theirs).reshape(-1), _winning_cells(obs)
 
 
-def _self_play_rows(seed, metric, **overrides):
-    """Four iterations of the tiny TicTacToe run with `overrides`; checks the
-    update is finite, learned and `metric` > 0; returns device 0's first 16
-    replay rows of each environment (numpy)."""
-    trainer = make_train(_tiny(**overrides))
-    state = trainer.init(jax.random.key(seed))
-    for _ in range(4):
-        state, metrics = trainer.iteration(state)
-    assert bool(metrics.finite) and bool(metrics.learned)
-    assert float(getattr(metrics, metric)) > 0
-    return jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)
+class _Run(NamedTuple):
+    trainer: object
+    params0: dict  # the acting parameters of the first three iterations (numpy)
+    metrics: list  # each iteration's metrics
+    data: object  # device 0's first 16 replay rows of each environment (numpy)
 
 
-def test_self_play_labels_every_winning_move_and_nothing_else():
+@pytest.fixture(scope="module")
+def labelled_run():
+    """Six iterations of the tiny TicTacToe run with every per-move label on
+    (every-move rewards, threats, replies, predictions, observations): one
+    compile for the tests below, each of which checks its own labels. Heads
+    start at zero (every value ~0, every policy uniform): the parameters are
+    perturbed so that the stored predictions depend on the board. Learning
+    starts at the third iteration, after its rollout, so rows 0-11 were acted
+    with `params0`."""
+    config = _tiny(action_reward_loss_weight=1.0, threat_value_loss_weight=1.0,
+                   reply_reward_loss_weight=1.0, action_prediction_loss_weight=1.0,
+                   action_reconstruction_loss_weight=1.0)
+    trainer = make_train(config)
+    state = trainer.init(jax.random.key(3))
+    leaves, tree = jax.tree.flatten(state.params)
+    keys = jax.random.split(jax.random.key(4), len(leaves))
+    state = state._replace(params=jax.tree.unflatten(tree, [
+        p + 0.3 * jax.random.normal(k, p.shape, p.dtype) for p, k in zip(leaves, keys)]))
+    params0 = jax.tree.map(np.array, state.params)  # the iteration donates its input
+    metrics = []
+    for _ in range(6):
+        state, m = trainer.iteration(state)
+        metrics.append(jax.device_get(m))
+    assert all(bool(m.finite) for m in metrics) and bool(metrics[-1].learned)
+    data = jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)
+    return _Run(trainer, params0, metrics, data)
+
+
+def _labels_off(**overrides):
+    """The replay rows of the tiny run's initial state with `overrides`."""
+    return make_train(_tiny(**overrides)).init(jax.random.key(0)).replay.data
+
+
+def test_self_play_labels_every_winning_move_and_nothing_else(labelled_run):
     """TicTacToe rows carry reward 1 exactly on the moves that win at once, as
     an independent line check on the stored board finds them, 0 elsewhere
     (illegal moves and episode-end rows included); the played action's label
     is the reward the row after it received."""
-    data = _self_play_rows(0, "action_reward_loss", action_reward_loss_weight=1.0)
+    data = labelled_run.data
+    assert float(labelled_run.metrics[-1].action_reward_loss) > 0
     labels = data.action_rewards
     assert labels.shape == (8, 16, 9)
     positives = 0
@@ -95,9 +124,7 @@ def test_self_play_labels_every_winning_move_and_nothing_else():
 
 
 def test_without_the_option_nothing_is_stored():
-    trainer = make_train(_tiny())
-    state = trainer.init(jax.random.key(0))
-    assert state.replay.data.action_rewards is None
+    assert _labels_off().action_rewards is None
 
 
 def test_the_option_changes_the_update():
@@ -271,12 +298,12 @@ def _threat_labels(observation: np.ndarray) -> np.ndarray:
     return labels
 
 
-def test_self_play_labels_every_move_that_lets_the_opponent_win():
+def test_self_play_labels_every_move_that_lets_the_opponent_win(labelled_run):
     """With `threat_value_loss_weight`, TicTacToe rows carry 1 exactly on the
     moves after which the opponent can complete a line at once (the line
     check above, on the stored board), 0 elsewhere; the loss sees them."""
-    data = _self_play_rows(1, "threat_value_loss", action_reward_loss_weight=1.0,
-                           threat_value_loss_weight=1.0)
+    data = labelled_run.data
+    assert float(labelled_run.metrics[-1].threat_value_loss) > 0
     positives = 0
     for b, t in itertools.product(range(8), range(16)):
         expected = np.zeros(9) if data.last[b, t] else _threat_labels(data.observation[b, t])
@@ -284,8 +311,7 @@ def test_self_play_labels_every_move_that_lets_the_opponent_win():
                                       err_msg=f"env {b} row {t}")
         positives += int(expected.sum())
     assert positives > 0
-    assert make_train(_tiny(action_reward_loss_weight=1.0)).init(
-        jax.random.key(0)).replay.data.action_threats is None
+    assert _labels_off(action_reward_loss_weight=1.0).action_threats is None
 
 
 def test_threat_values_refusals():
@@ -306,14 +332,14 @@ def test_threat_values_refusals():
                    loss_fn=old_style_loss)
 
 
-def test_self_play_keeps_one_reply_per_move_the_winning_one_first():
+def test_self_play_keeps_one_reply_per_move_the_winning_one_first(labelled_run):
     """With `reply_reward_loss_weight`, each TicTacToe row keeps, per move
     that leaves the game on, one legal reply: a winning one whenever the
     opponent can win at once (reward 1), else one that does not win (reward
     0); -1 and 0 for illegal moves, moves that end the game and `last` rows
     (the line check above, on the stored board)."""
-    data = _self_play_rows(2, "reply_reward_loss", action_reward_loss_weight=1.0,
-                           reply_reward_loss_weight=1.0)
+    data = labelled_run.data
+    assert float(labelled_run.metrics[-1].reply_reward_loss) > 0
     wins_kept = random_kept = 0
     for b, t, mine, theirs, empty, wins in _boards(data, 16):
         for a in range(9):
@@ -341,29 +367,16 @@ def test_reply_rewards_refused_without_every_move_rewards():
         preset("tic_tac_toe", reply_reward_loss_weight=1.0)
 
 
-def test_self_play_stores_the_prediction_after_every_move():
+def test_self_play_stores_the_prediction_after_every_move(labelled_run):
     """With `action_prediction_loss_weight`, each TicTacToe row keeps, per
     legal move that leaves the game on, the networks' value and policy on the
     board that move leads to, seen by the player to reply (the board built
     here by hand and fed to the acting parameters); value 0 and no policy for
-    illegal moves, moves that end the game and `last` rows. Learning starts
-    at the third iteration, after its rollout, so rows 0-11 were acted with
-    the initial parameters."""
-    config = _tiny(action_reward_loss_weight=1.0, action_prediction_loss_weight=1.0)
-    trainer = make_train(config)
-    state = trainer.init(jax.random.key(3))
-    # Heads start at zero (every value ~0, every policy uniform): perturb the
-    # parameters so that what is stored depends on the board it was taken on.
-    leaves, tree = jax.tree.flatten(state.params)
-    keys = jax.random.split(jax.random.key(4), len(leaves))
-    state = state._replace(params=jax.tree.unflatten(tree, [
-        p + 0.3 * jax.random.normal(k, p.shape, p.dtype) for p, k in zip(leaves, keys)]))
-    params0 = jax.tree.map(np.array, state.params)  # the iteration donates its input
-    for _ in range(4):
-        state, metrics = trainer.iteration(state)
-    assert bool(metrics.finite) and bool(metrics.learned)
-    assert float(metrics.action_prediction_loss) > 0
-    data = jax.tree.map(lambda x: np.asarray(x[0][:, :12]), state.replay.data)
+    illegal moves, moves that end the game and `last` rows. Rows 0-11 were
+    acted with the (perturbed) initial parameters."""
+    assert float(labelled_run.metrics[-1].action_prediction_loss) > 0
+    trainer, params0 = labelled_run.trainer, labelled_run.params0
+    data = jax.tree.map(lambda x: x[:, :12], labelled_run.data)
     nets, support = trainer.networks, trainer.value_support
     boards, where = [], []
     for b, t, mine, theirs, empty, wins in _boards(data, 12):
@@ -395,27 +408,20 @@ def test_action_predictions_refused_without_every_move_rewards():
         preset("tic_tac_toe", action_prediction_loss_weight=1.0)
     with pytest.raises(ValueError, match="action_prediction_loss_weight"):
         preset("tic_tac_toe", action_prediction_loss_weight=-1.0)
-    trainer = make_train(_tiny(action_reward_loss_weight=1.0))
-    assert trainer.init(jax.random.key(0)).replay.data.action_values is None
+    assert _labels_off(action_reward_loss_weight=1.0).action_values is None
 
 
-def test_self_play_stores_the_observation_after_every_move():
+def test_self_play_stores_the_observation_after_every_move(labelled_run):
     """With `action_reconstruction_loss_weight`, each TicTacToe row keeps, per
     legal move, the board that move leads to as the player to reply sees it
     (their marks, then the mover's with the move added; built here by hand),
     the final board too where the move ends the game; zeros for illegal
     moves and `last` rows. The learner's term is on and decreases the loss."""
-    config = _tiny(action_reward_loss_weight=1.0, action_reconstruction_loss_weight=1.0)
-    trainer = make_train(config)
-    state = trainer.init(jax.random.key(5))
-    assert state.replay.data.action_observations.shape[-4:] == (9, 3, 3, 2)
-    losses = []
-    for _ in range(6):
-        state, metrics = trainer.iteration(state)
-        losses.append(float(metrics.action_reconstruction_loss))
-    assert bool(metrics.finite) and bool(metrics.learned)
+    data = labelled_run.data
+    assert data.action_observations.shape[-3:] == (3, 3, 2)
+    assert data.action_observations.shape[-4] == 9
+    losses = [float(m.action_reconstruction_loss) for m in labelled_run.metrics]
     assert losses[2] > 0 and losses[-1] < losses[2]  # learning starts at the third iteration
-    data = jax.tree.map(lambda x: np.asarray(x[0][:, :16]), state.replay.data)
     checked = ending = 0
     for b, t, mine, theirs, empty, wins in _boards(data, 16):
         for a in range(9):
@@ -430,8 +436,7 @@ def test_self_play_stores_the_observation_after_every_move():
             checked += 1
             ending += a in wins or empty.sum() == 1
     assert checked > 100 and ending > 0
-    assert make_train(_tiny(action_reward_loss_weight=1.0)).init(
-        jax.random.key(0)).replay.data.action_observations is None
+    assert _labels_off(action_reward_loss_weight=1.0).action_observations is None
 
 
 def test_action_reconstruction_refusals():
