@@ -124,6 +124,11 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
     stderr = (sum((r - mean) ** 2 for r in returns) / 5) ** 0.5 / 6 ** 0.5
     assert result["mean"] == pytest.approx(mean) and result["stderr"] == pytest.approx(stderr)
     assert f"{mean:.4f}" in out
+    # A game without board symmetries: one line, exit 2, eval.json untouched.
+    assert main(["eval", "--logdir", str(logdir), "--symmetry-ensemble", "True"]) == 2
+    err = capsys.readouterr().err
+    assert "board symmetries" in err and len(err.strip().splitlines()) == 1
+    assert json.loads((logdir / "eval.json").read_text()) == result
 
     # Resuming with a different config is refused before anything is touched.
     before = (logdir / "metrics.jsonl").read_text()
@@ -271,14 +276,7 @@ def test_eval_symmetry_ensemble_defaults_to_the_runs_and_is_refused_without_symm
     assert load_agent(logdir).symmetry_ensemble
     assert not load_agent(logdir, symmetry_ensemble=False).symmetry_ensemble
     capsys.readouterr()
-
-    catch = tmp_path / "catch"
-    assert main(["train", "--env", "catch", "--logdir", str(catch), "--max-iterations", "2",
-                 "--stop-at", "None", "--progress", "none", *TINY_ARGS]) == 0
-    capsys.readouterr()
-    assert main(["eval", "--logdir", str(catch), "--symmetry-ensemble", "True"]) == 2
-    err = capsys.readouterr().err
-    assert "board symmetries" in err and len(err.strip().splitlines()) == 1
+    # (`eval --symmetry-ensemble True` on a Catch run: test_train_then_eval_then_resume_checks.)
     assert main(["train", "--env", "catch", "--logdir", str(tmp_path / "c2"),
                  "--eval-symmetry-ensemble"]) == 2
     err = capsys.readouterr().err
