@@ -15,6 +15,13 @@ rng_key) -> actions [B]` over a batch of games of the pgx environments
   the game as leaf values and the most visited root move as the action, built
   on `mctx.search` with the real game as the model. `mcts` uses 200
   simulations; `mcts:N` uses N.
+* `pgx_baseline` (Go 9x9): the AlphaZero-style policy network that pgx ships
+  for the game (`pgx.make_baseline_model("go_9x9_v0")`), playing the legal
+  move its policy rates highest (ties broken at random), without search.
+  Its weights are pgx's pickle, downloaded once from pgx's address into
+  `~/.cache/muzero-jax/pgx_baselines/`; `pgx_baseline:DIR` reads
+  `DIR/go_9x9_v0.ckpt` instead (pgx's own `download_dir` layout; a pickle, so
+  only a trusted file).
 
 `evaluate_against(agent, opponent, num_games=..., rng_key=...)` plays
 `num_games` games with the agent moving first and `num_games` with it moving
@@ -31,6 +38,10 @@ both players, and says what the agent's lost games began with.
 from __future__ import annotations
 
 import functools
+import os
+import pickle
+import tempfile
+import urllib.request
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -46,12 +57,14 @@ from muzero_jax.envs.pgx import game_state, pgx_game, reward_of_seat
 __all__ = [
     "OPPONENTS",
     "OpponentFn",
+    "PGX_BASELINES",
     "TACTICS_GAMES",
     "TacticalPositions",
     "evaluate_against",
     "make_mcts_opponent",
     "make_minimax_opponent",
     "make_opponent",
+    "make_pgx_baseline_opponent",
     "match_env",
     "match_tactics",
     "move_consequences",
@@ -66,8 +79,15 @@ __all__ = [
 OpponentFn = Callable[[Any, TimeStep, chex.PRNGKey], chex.Array]
 """`opponent(env_state, timestep, rng_key) -> [B] int32 actions` (batched)."""
 
-OPPONENTS: tuple[str, ...] = ("random", "minimax", "mcts")
-"""Opponent names `make_opponent` accepts (`mcts:N` sets N simulations)."""
+OPPONENTS: tuple[str, ...] = ("random", "minimax", "mcts", "pgx_baseline")
+"""Opponent names `make_opponent` accepts (`mcts:N` sets N simulations,
+`pgx_baseline:DIR` reads the baseline's weights from DIR)."""
+
+PGX_BASELINES: dict[str, str] = {"go_9x9": "go_9x9_v0"}
+"""The games for which pgx ships a baseline network, and its model id."""
+
+DEFAULT_PGX_BASELINE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "muzero-jax",
+                                        "pgx_baselines")
 
 DEFAULT_MCTS_SIMULATIONS = 200
 
@@ -266,12 +286,77 @@ def make_mcts_opponent(
     return opponent
 
 
+def _download_pgx_baseline(model_id: str, path: str) -> None:
+    """Fetches pgx's checkpoint for `model_id` into `path` (whole or not at all)."""
+    from pgx._src.baseline import _get_download_url  # pgx < 3, pinned in pyproject
+
+    url = _get_download_url(model_id)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            data = response.read()
+    except OSError as e:
+        raise ValueError(
+            f"opponent 'pgx_baseline': {path} does not exist and downloading pgx's "
+            f"{model_id} from {url} failed ({e}); fetch that file to {path} by hand, or "
+            "write pgx_baseline:DIR for a directory holding "
+            f"{model_id}.ckpt") from None
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".part")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def make_pgx_baseline_opponent(env: Environment, directory: str | None = None) -> OpponentFn:
+    """The baseline network pgx ships for `env`'s game, as an opponent: the
+    legal move with the highest policy logit (ties broken at random), no search.
+
+    Args:
+      env: a game in `PGX_BASELINES` (Go 9x9).
+      directory: holds `<model id>.ckpt` (pgx's `download_dir`); None:
+        `DEFAULT_PGX_BASELINE_DIR`, downloading pgx's file there the first time.
+
+    Raises:
+      ValueError: for a game pgx ships no baseline for, a missing file (or a
+        failed download), or a file that is not a pgx baseline checkpoint.
+    """
+    model_id = PGX_BASELINES.get(env.name)
+    if model_id is None:
+        raise ValueError(f"opponent 'pgx_baseline': pgx ships a baseline network for "
+                         f"{', '.join(PGX_BASELINES)} only, not {env.name!r}")
+    path = os.path.join(directory or DEFAULT_PGX_BASELINE_DIR, f"{model_id}.ckpt")
+    if not os.path.isfile(path):
+        if directory is not None:
+            raise ValueError(f"opponent 'pgx_baseline:{directory}': no {path} (pgx's "
+                             f"{model_id} checkpoint)")
+        _download_pgx_baseline(model_id, path)
+    try:
+        with open(path, "rb") as f:
+            checkpoint = pickle.load(f)
+        if not (isinstance(checkpoint, dict) and {"args", "params", "state"} <= set(checkpoint)):
+            raise ValueError("not a dict with args, params and state")
+    except Exception as e:  # any unpickling failure: say which file, once
+        raise ValueError(f"opponent 'pgx_baseline': {path} is not a pgx baseline checkpoint "
+                         f"({type(e).__name__}: {e})") from None
+    import pgx
+
+    apply = pgx.make_baseline_model(model_id, download_dir=os.path.dirname(path))
+
+    def opponent(env_state, timestep: TimeStep, rng_key: chex.PRNGKey) -> chex.Array:
+        del env_state
+        logits, _ = apply(timestep.observation)
+        return _masked_choice(rng_key, logits, timestep.legal_action_mask)
+
+    return opponent
+
+
 def make_opponent(name: str, env: Environment) -> OpponentFn:
     """Builds the opponent called `name` for `env` (see `OPPONENTS`).
 
     Raises:
-      ValueError: for an unknown name, a malformed `mcts:N`, or `minimax` on a
-        game other than TicTacToe.
+      ValueError: for an unknown name, a malformed `mcts:N`, `minimax` on a
+        game other than TicTacToe, or `pgx_baseline` without its weights or on
+        a game pgx ships no baseline for.
     """
     base, _, arg = name.partition(":")
     if base == "random" and not arg:
@@ -288,7 +373,10 @@ def make_opponent(name: str, env: Environment) -> OpponentFn:
         if sims < 1:
             raise ValueError(f"opponent {name!r}: write mcts or mcts:N with N >= 1 simulations")
         return make_mcts_opponent(env, num_simulations=sims)
-    raise ValueError(f"unknown opponent {name!r}; known: random, minimax, mcts, mcts:N")
+    if base == "pgx_baseline":
+        return make_pgx_baseline_opponent(env, arg or None)
+    raise ValueError(f"unknown opponent {name!r}; known: random, minimax, mcts, mcts:N, "
+                     "pgx_baseline, pgx_baseline:DIR")
 
 
 def outcome_rates(results: np.ndarray) -> dict[str, float]:
@@ -456,7 +544,8 @@ def evaluate_against(
         legal_action_mask, *, num_simulations, rng) -> [B] actions` (e.g. from
         `muzero_jax.load_agent`).
       opponent: `"random"`, `"minimax"` (TicTacToe), `"mcts"` (200
-        simulations) or `"mcts:N"`.
+        simulations), `"mcts:N"`, or `"pgx_baseline"` / `"pgx_baseline:DIR"`
+        (Go 9x9; see `make_pgx_baseline_opponent`).
       num_games: games per seat: `num_games` with the agent moving first and
         `num_games` with it moving second (all played as one batch).
       rng_key: consumed.

@@ -96,6 +96,8 @@ def test_bad_input_is_refused_before_playing():
         arena.evaluate_against(c4, "minimax", num_games=1, rng_key=jax.random.key(0))
     with pytest.raises(ValueError, match="mcts:N"):
         arena.evaluate_against(c4, "mcts:zero", num_games=1, rng_key=jax.random.key(0))
+    with pytest.raises(ValueError, match="go_9x9 only"):
+        arena.evaluate_against(c4, "pgx_baseline", num_games=1, rng_key=jax.random.key(0))
     with pytest.raises(ValueError, match="num_games"):
         arena.evaluate_against(ttt, "random", num_games=0, rng_key=jax.random.key(0))
     with pytest.raises(ValueError, match="two-player"):
@@ -468,3 +470,84 @@ def test_planning_in_the_game_uses_the_standard_game_not_the_self_play_options()
         make_env("go_9x9", score_reward=True), trainer.networks, trainer.value_support,
         discount=1.0)
     assert not np.allclose(policy(in_scored_game), expected, atol=1e-3)
+
+
+def _tiny_pgx_baseline(directory, seed=0):
+    """A pgx baseline checkpoint in pgx's own format (`args`, `params`,
+    `state`), built with pgx's own network code at a tiny size and random
+    weights: what `pgx.make_baseline_model` reads from `DIR/go_9x9_v0.ckpt`.
+    Returns the Haiku function it holds and its weights."""
+    import pickle
+
+    import haiku as hk
+    from pgx._src.baseline import _create_az_model_v0
+
+    args = {"num_actions": 82, "num_channels": 4, "num_layers": 1, "resnet_v2": True}
+
+    def forward(x, is_training=False):
+        return _create_az_model_v0(**args)(x, is_training=is_training, test_local_stats=False)
+
+    net = hk.without_apply_rng(hk.transform_with_state(forward))
+    # (Initialised in training mode, which creates the batch norms' averages.)
+    params, state = net.init(jax.random.key(seed), np.zeros((1, 9, 9, 17), np.float32),
+                             is_training=True)
+    # Random output layers, so that the policies differ from move to move.
+    params = jax.tree.map(
+        lambda x: np.asarray(x) + np.random.default_rng(seed).normal(size=x.shape) * 0.5, params)
+    directory.mkdir(exist_ok=True)
+    with open(directory / "go_9x9_v0.ckpt", "wb") as f:
+        pickle.dump({"args": args, "params": params, "state": state}, f)
+    return net, params, state
+
+
+def test_pgx_baseline_opponent_plays_the_networks_best_legal_move(tmp_path):
+    """`pgx_baseline:DIR` plays, in every game of a batch, the legal move with
+    the highest policy logit of pgx's baseline network read from
+    `DIR/go_9x9_v0.ckpt` (logits computed here with the same Haiku function
+    and weights, and the argmax taken by hand over the legal moves)."""
+    net, params, state = _tiny_pgx_baseline(tmp_path / "baselines")
+    env = make_env("go_9x9")
+    opponent = jax.jit(arena.make_opponent(f"pgx_baseline:{tmp_path / 'baselines'}", env))
+    # (Jitted: Go's step and the network run op by op would compile each operation.)
+    step = jax.jit(lambda g, t, key: jax.vmap(env.step)(g, arena.random_opponent(g, t, key)))
+    apply = jax.jit(lambda obs: net.apply(params, state, obs.astype(np.float32))[0][0])
+    game, ts = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(0), 6))
+    played = 0
+    for ply in range(8):  # random moves in between: positions with stones and fewer legal moves
+        actions = np.asarray(opponent(game, ts, jax.random.key(ply)))
+        legal = np.asarray(ts.legal_action_mask)
+        expected = np.argmax(np.where(legal, np.asarray(apply(ts.observation)), -np.inf), axis=-1)
+        np.testing.assert_array_equal(actions, expected)
+        assert legal[np.arange(6), actions].all()
+        played += 1
+        game, ts = step(game, ts, jax.random.key(100 + ply))
+    assert played == 8 and len(set(expected.tolist())) > 1  # the policies differ by position
+
+
+def test_pgx_baseline_opponent_refusals(tmp_path, monkeypatch):
+    """One ValueError, before anything is compiled: a game pgx ships no
+    baseline for, a directory without the checkpoint, a file that is not
+    one, and (no DIR) a failed download, which names the address and where
+    to put the file and leaves no partial file behind."""
+    go = make_env("go_9x9")
+    with pytest.raises(ValueError, match="go_9x9 only, not 'connect_four'"):
+        arena.make_opponent("pgx_baseline", make_env("connect_four"))
+    with pytest.raises(ValueError, match="no .*go_9x9_v0.ckpt"):
+        arena.make_opponent(f"pgx_baseline:{tmp_path}", go)
+    (tmp_path / "go_9x9_v0.ckpt").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match="is not a pgx baseline checkpoint"):
+        arena.make_opponent(f"pgx_baseline:{tmp_path}", go)
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(arena, "DEFAULT_PGX_BASELINE_DIR", str(cache))
+
+    def offline(url, timeout):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(arena.urllib.request, "urlopen", offline)
+    with pytest.raises(ValueError, match=r"downloading pgx's go_9x9_v0 from https://\S+ failed "
+                                         r"\(network unreachable\); fetch that file to "):
+        arena.make_opponent("pgx_baseline", go)
+    assert not cache.exists() or not any(cache.iterdir())
+    # With the file in the default directory, nothing is downloaded.
+    _tiny_pgx_baseline(cache)
+    assert callable(arena.make_opponent("pgx_baseline", go))
