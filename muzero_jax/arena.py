@@ -286,8 +286,20 @@ def make_mcts_opponent(
     return opponent
 
 
+def _check_pgx_checkpoint(data: bytes, source: str) -> None:
+    """Raises one ValueError unless `data` unpickles to pgx's baseline format."""
+    try:
+        checkpoint = pickle.loads(data)
+        if not (isinstance(checkpoint, dict) and {"args", "params", "state"} <= set(checkpoint)):
+            raise ValueError("not a dict with args, params and state")
+    except Exception as e:  # any unpickling failure: say which file, once
+        raise ValueError(f"opponent 'pgx_baseline': {source} is not a pgx baseline checkpoint "
+                         f"({type(e).__name__}: {e})") from None
+
+
 def _download_pgx_baseline(model_id: str, path: str) -> None:
-    """Fetches pgx's checkpoint for `model_id` into `path` (whole or not at all)."""
+    """Fetches pgx's checkpoint for `model_id` into `path`: whole and checked,
+    or not at all."""
     from pgx._src.baseline import _get_download_url  # pgx < 3, pinned in pyproject
 
     url = _get_download_url(model_id)
@@ -300,11 +312,16 @@ def _download_pgx_baseline(model_id: str, path: str) -> None:
             f"{model_id} from {url} failed ({e}); fetch that file to {path} by hand, or "
             "write pgx_baseline:DIR for a directory holding "
             f"{model_id}.ckpt") from None
+    _check_pgx_checkpoint(data, f"what {url} sent")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".part")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def make_pgx_baseline_opponent(env: Environment, directory: str | None = None) -> OpponentFn:
@@ -332,12 +349,10 @@ def make_pgx_baseline_opponent(env: Environment, directory: str | None = None) -
         _download_pgx_baseline(model_id, path)
     try:
         with open(path, "rb") as f:
-            checkpoint = pickle.load(f)
-        if not (isinstance(checkpoint, dict) and {"args", "params", "state"} <= set(checkpoint)):
-            raise ValueError("not a dict with args, params and state")
-    except Exception as e:  # any unpickling failure: say which file, once
-        raise ValueError(f"opponent 'pgx_baseline': {path} is not a pgx baseline checkpoint "
-                         f"({type(e).__name__}: {e})") from None
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f"opponent 'pgx_baseline': cannot read {path} ({e})") from None
+    _check_pgx_checkpoint(data, path)
     import pgx
 
     apply = pgx.make_baseline_model(model_id, download_dir=os.path.dirname(path))

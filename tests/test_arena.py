@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import jax
 import numpy as np
 import pytest
@@ -548,6 +550,23 @@ def test_pgx_baseline_opponent_refusals(tmp_path, monkeypatch):
                                          r"\(network unreachable\); fetch that file to "):
         arena.make_opponent("pgx_baseline", go)
     assert not cache.exists() or not any(cache.iterdir())
-    # With the file in the default directory, nothing is downloaded.
-    _tiny_pgx_baseline(cache)
+
+    class Sent(io.BytesIO):  # what a download returns: a context manager with read()
+        pass
+
+    # A download of something else (e.g. a web page) is refused and not kept...
+    monkeypatch.setattr(arena.urllib.request, "urlopen",
+                        lambda url, timeout: Sent(b"<html>quota exceeded</html>"))
+    with pytest.raises(ValueError, match=r"what https://\S+ sent is not a pgx baseline"):
+        arena.make_opponent("pgx_baseline", go)
+    assert not cache.exists() or not any(cache.iterdir())
+    # ...and a checkpoint is kept in the default directory and played with.
+    _tiny_pgx_baseline(tmp_path / "elsewhere")
+    good = (tmp_path / "elsewhere" / "go_9x9_v0.ckpt").read_bytes()
+    monkeypatch.setattr(arena.urllib.request, "urlopen", lambda url, timeout: Sent(good))
+    assert callable(arena.make_opponent("pgx_baseline", go))
+    assert [p.name for p in cache.iterdir()] == ["go_9x9_v0.ckpt"]
+    assert (cache / "go_9x9_v0.ckpt").read_bytes() == good
+    # Once there, nothing is downloaded.
+    monkeypatch.setattr(arena.urllib.request, "urlopen", offline)
     assert callable(arena.make_opponent("pgx_baseline", go))
