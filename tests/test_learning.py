@@ -145,21 +145,24 @@ def test_self_play_acts_with_the_weights_act_weights_names():
     base = dict(TINY, target_ema=0.25)
     # Random weights everywhere (the initial output layers are zeros, whose
     # searches would not depend on the rest).
-    params = make_train(preset("catch", seed=5, **base)).init(jax.random.key(7)).params
+    trainers = {w: make_train(preset("catch", seed=5, act_weights=w, **base))
+                for w in ("target", "online")}  # one compile per value
+    params = trainers["online"].init(jax.random.key(7)).params
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.key(8), len(leaves))
     other = jax.tree.unflatten(treedef, [0.3 * jax.random.normal(k, x.shape, x.dtype)
                                          for k, x in zip(keys, leaves)])
-    rows, trainers = {}, {}
+    rows = {}
     for name, act_weights, swap in [("target", "target", "target_params"),
                                     ("online_other", "online", "params"),
                                     ("online", "online", "target_params")]:
-        config = preset("catch", seed=5, act_weights=act_weights, **base)
-        if act_weights not in trainers:  # one compile per value
-            trainers[act_weights] = make_train(config)
         trainer = trainers[act_weights]
-        state = trainer.init(jax.random.key(config.seed))
-        state = state._replace(**{swap: jax.tree.map(jnp.copy, other)})  # iteration donates
+        state = trainer.init(jax.random.key(5))
+        # A copy (the iteration donates its input), placed as init placed the
+        # weights it replaces: the same input shardings in every call, so each
+        # trainer's iteration compiles once.
+        state = state._replace(**{swap: jax.tree.map(
+            lambda o, p: jax.device_put(jnp.copy(o), p.sharding), other, getattr(state, swap))})
         state, metrics = trainer.iteration(state)
         assert not bool(metrics.learned)  # only acting: the weights stay put
         rows[name] = jax.device_get(state.replay.data)
