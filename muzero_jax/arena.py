@@ -297,9 +297,9 @@ def _check_pgx_checkpoint(data: bytes, source: str) -> None:
                          f"({type(e).__name__}: {e})") from None
 
 
-def _download_pgx_baseline(model_id: str, path: str) -> None:
-    """Fetches pgx's checkpoint for `model_id` into `path`: whole and checked,
-    or not at all."""
+def _download_pgx_baseline(model_id: str, path: str) -> bytes:
+    """pgx's checkpoint for `model_id`, fetched from pgx's address and checked
+    (`path`: where it was looked for, named in the error)."""
     from pgx._src.baseline import _get_download_url  # pgx < 3, pinned in pyproject
 
     url = _get_download_url(model_id)
@@ -313,6 +313,11 @@ def _download_pgx_baseline(model_id: str, path: str) -> None:
             "write pgx_baseline:DIR for a directory holding "
             f"{model_id}.ckpt") from None
     _check_pgx_checkpoint(data, f"what {url} sent")
+    return data
+
+
+def _write_whole(path: str, data: bytes) -> None:
+    """Writes `data` to `path` through a temporary file: whole or not at all."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".part")
     try:
@@ -331,7 +336,8 @@ def make_pgx_baseline_opponent(env: Environment, directory: str | None = None) -
     Args:
       env: a game in `PGX_BASELINES` (Go 9x9).
       directory: holds `<model id>.ckpt` (pgx's `download_dir`); None:
-        `DEFAULT_PGX_BASELINE_DIR`, downloading pgx's file there the first time.
+        `DEFAULT_PGX_BASELINE_DIR`, downloading pgx's file there the first time
+        (kept only once it is checked to be a checkpoint).
 
     Raises:
       ValueError: for a game pgx ships no baseline for, a missing file (or a
@@ -342,17 +348,20 @@ def make_pgx_baseline_opponent(env: Environment, directory: str | None = None) -
         raise ValueError(f"opponent 'pgx_baseline': pgx ships a baseline network for "
                          f"{', '.join(PGX_BASELINES)} only, not {env.name!r}")
     path = os.path.join(directory or DEFAULT_PGX_BASELINE_DIR, f"{model_id}.ckpt")
-    if not os.path.isfile(path):
-        if directory is not None:
-            raise ValueError(f"opponent 'pgx_baseline:{directory}': no {path} (pgx's "
-                             f"{model_id} checkpoint)")
-        _download_pgx_baseline(model_id, path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ValueError(f"opponent 'pgx_baseline': cannot read {path} ({e})") from None
-    _check_pgx_checkpoint(data, path)
+    if os.path.isfile(path):
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ValueError(f"opponent 'pgx_baseline': cannot read {path} ({e})") from None
+        _check_pgx_checkpoint(data, path)
+    elif directory is not None:
+        raise ValueError(f"opponent 'pgx_baseline:{directory}': no {path} (pgx's "
+                         f"{model_id} checkpoint)")
+    else:
+        _write_whole(path, _download_pgx_baseline(model_id, path))
+    # pgx unpickles the file again to build its network (its loader reads
+    # only from a directory); the check above gives bad files one clear line.
     import pgx
 
     apply = pgx.make_baseline_model(model_id, download_dir=os.path.dirname(path))
