@@ -221,7 +221,10 @@ class Config:
         environment with `symmetries`.
       search: a built-in search name ("gumbel_muzero", "muzero", "puct",
         "muzero_paper") or "package.module:attr".
-      search_kwargs: JSON object of keyword hyper-parameters for the search.
+      search_kwargs: JSON object of keyword hyper-parameters for the search;
+        its "qtransform" may be a name or a JSON object of the qtransform's
+        own keyword arguments (`search.resolve_qtransform`), e.g.
+        '{"qtransform": {"value_scale": 0.2}}' for gumbel_muzero.
       search_model: what the search plans in, in self-play and evaluation:
         "learned" (MuZero's dynamics, the default) or "decoded" (the same
         learned model re-grounded at every step: the dynamics' next hidden

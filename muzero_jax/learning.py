@@ -577,7 +577,7 @@ def make_train(
     if search_fn is None:
         search_fn = resolve_search(config.search, config.parsed_search_kwargs())
     elif config.parsed_search_kwargs():
-        search_fn = functools.partial(search_fn, **config.parsed_search_kwargs())
+        search_fn = resolve_search(search_fn, config.parsed_search_kwargs())
 
     if not trusted:
         obs_spec = jax.ShapeDtypeStruct((local_envs,) + env.observation_shape, jnp.float32)

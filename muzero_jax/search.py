@@ -36,6 +36,7 @@ __all__ = [
     "make_env_root_fn",
     "make_env_recurrent_fn",
     "resolve_search",
+    "resolve_qtransform",
     "batch_search",
     "check_search_fn",
 ]
@@ -364,8 +365,83 @@ def resolve_search(
             "or give 'package.module:attr'"
         )
     if search_kwargs:
-        fn = functools.partial(fn, **dict(search_kwargs))
+        kwargs = dict(search_kwargs)
+        if "qtransform" in kwargs and not callable(kwargs["qtransform"]):
+            kwargs["qtransform"] = resolve_qtransform(fn, kwargs["qtransform"])
+        fn = functools.partial(fn, **kwargs)
     return fn
+
+
+def _qtransform_by_name(name: str) -> Callable[..., chex.Array]:
+    """A qtransform from mctx, from `muzero_jax.puct`, or `"package.module:attr"`."""
+    if ":" in name:
+        return resolve_search(name)  # the same import rules and errors
+    from muzero_jax import puct
+
+    for module in (mctx, puct):
+        for attr in (name, f"qtransform_{name}"):
+            if attr.startswith("qtransform_") and callable(getattr(module, attr, None)):
+                return getattr(module, attr)
+    known = sorted(a for a in dir(mctx) if a.startswith("qtransform_"))
+    raise ValueError(
+        f"unknown qtransform {name!r}; mctx's: {', '.join(known)}, "
+        "muzero_jax.puct's qtransform_by_tree_min_max, or give 'package.module:attr'"
+    )
+
+
+def resolve_qtransform(
+    search_fn: Callable[..., mctx.PolicyOutput], spec: str | Mapping[str, Any]
+) -> Callable[..., chex.Array]:
+    """Turns a JSON-able qtransform spec into the `qtransform` a search is given.
+
+    So that a qtransform's hyper-parameters can be set from the command line
+    (`--search-kwargs '{"qtransform": {"value_scale": 0.2}}'`), where JSON
+    cannot hold a function:
+
+    * a mapping: keyword arguments bound to the search's own default
+      qtransform (for `mctx.gumbel_muzero_policy`,
+      `qtransform_completed_by_mix_value`: `value_scale`, `maxvisit_init`,
+      `rescale_values`, `use_mixed_value`, `epsilon`), or, with a `"name"`
+      key, to the qtransform so named;
+    * a string: a qtransform by name (`"qtransform_by_min_max"`, or without
+      the `qtransform_` prefix), from mctx or `muzero_jax.puct`, or a
+      `"package.module:attr"` spec.
+
+    Raises:
+      ValueError: the search takes no `qtransform`, an unknown name, or
+        keyword arguments that the qtransform does not take.
+    """
+    if isinstance(spec, str):
+        return _qtransform_by_name(spec)
+    if not isinstance(spec, Mapping):
+        raise ValueError(
+            f"qtransform must be a name or a JSON object of its keyword arguments, got {spec!r}"
+        )
+    kwargs = dict(spec)
+    name = kwargs.pop("name", None)
+    if name is not None:
+        base = _qtransform_by_name(str(name))
+    else:
+        inner = search_fn
+        while isinstance(inner, functools.partial):
+            inner = inner.func
+        try:
+            parameter = inspect.signature(inner).parameters.get("qtransform")
+        except (TypeError, ValueError):
+            parameter = None
+        if parameter is None or not callable(parameter.default):
+            raise ValueError(
+                f"search {getattr(inner, '__name__', inner)!r} has no default qtransform to "
+                'configure; name one: {"qtransform": {"name": ..., ...}}'
+            )
+        base = parameter.default
+    try:
+        inspect.signature(base).bind_partial(None, None, **kwargs)
+    except TypeError as e:
+        raise ValueError(
+            f"qtransform {getattr(base, '__name__', base)!r} does not take {sorted(kwargs)}: {e}"
+        ) from None
+    return functools.partial(base, **kwargs) if kwargs else base
 
 
 def batch_search(

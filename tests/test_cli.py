@@ -171,7 +171,9 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
     for bad, message in ((["--search", "no_such_search"], "unknown search"),
                          (["--search-kwargs", "{not json"], "search_kwargs"),
                          (["--search", "puct", "--search-kwargs", '{"gumbel_scale": 1}'],
-                          "gumbel_scale")):
+                          "gumbel_scale"),
+                         (["--search-kwargs", '{"qtransform": {"value_scal": 0.2}}'],
+                          "does not take ['value_scal']")):
         assert main(["eval", "--logdir", str(logdir), *bad]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err

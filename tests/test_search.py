@@ -19,6 +19,7 @@ from muzero_jax import (
     make_support,
     resolve_search,
 )
+from muzero_jax.puct import qtransform_by_tree_min_max
 from muzero_jax.search import batch_search, check_search_fn
 
 SUPPORT = make_support(3)
@@ -481,3 +482,53 @@ def test_decoded_model_rounds_the_decoded_observation_and_encodes_it_again():
                                   discount=1.0)
     with pytest.raises(ValueError, match="discount"):
         make_decoded_recurrent_fn(nets, support, support, discount=-0.5)
+
+
+@pytest.mark.parametrize("value_scale", [0.05, 0.4])
+def test_qtransform_kwargs_from_json_set_gumbel_improved_policy(value_scale):
+    # `{"qtransform": {...}}` binds keyword arguments to Gumbel MuZero's own
+    # qtransform. On the bandit every arm is visited, so the improved policy is
+    # softmax(prior logits + (maxvisit_init + max N) * value_scale * q) with
+    # the priors uniform and q the arms' rewards min-max rescaled to [0, 1].
+    search = resolve_search("gumbel_muzero", {"qtransform": {"value_scale": value_scale,
+                                                             "maxvisit_init": 10}})
+    assert search.keywords["qtransform"].func is mctx.qtransform_completed_by_mix_value
+    nets = bandit_networks()
+    run = batch_search(search, make_root_fn(nets, SUPPORT),
+                       make_recurrent_fn(nets, SUPPORT, SUPPORT, discount=0.9),
+                       num_simulations=16)
+    out = _jit(run)({}, jax.random.key(0), jnp.zeros((2, 2)), jnp.ones((2, NUM_ACTIONS), bool))
+    visits = out.search_tree.summary().visit_counts
+    assert np.all(visits > 0)
+    q = np.array([0.0, 0.1, 1.0, 0.0])
+    sigma = (10 + visits.max(-1, keepdims=True)) * value_scale * q
+    expected = np.exp(sigma) / np.exp(sigma).sum(-1, keepdims=True)
+    np.testing.assert_allclose(out.action_weights, expected, atol=2e-3)
+
+
+def test_qtransform_by_name_and_errors():
+    assert resolve_search("muzero", {"qtransform": "by_min_max"}).keywords == {
+        "qtransform": mctx.qtransform_by_min_max}
+    assert resolve_search("gumbel_muzero", {"qtransform": "mctx:qtransform_by_min_max"}
+                          ).keywords["qtransform"] is mctx.qtransform_by_min_max
+    named = resolve_search("puct", {"qtransform": {"name": "qtransform_by_tree_min_max",
+                                                   "epsilon": 1e-6}}).keywords["qtransform"]
+    assert named.func is qtransform_by_tree_min_max and named.keywords == {"epsilon": 1e-6}
+    # A callable (from Python) is passed through untouched.
+    assert resolve_search("muzero", {"qtransform": mctx.qtransform_by_min_max}).keywords[
+        "qtransform"] is mctx.qtransform_by_min_max
+    for kwargs, message in [
+        ({"qtransform": {"value_scal": 0.2}}, "does not take \\['value_scal'\\]"),
+        ({"qtransform": "nope"}, "unknown qtransform 'nope'; mctx's: .*by_min_max"),
+        ({"qtransform": 3}, "must be a name or a JSON object"),
+        ({"qtransform": "mctx:nope"}, "has no attribute 'nope'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            resolve_search("gumbel_muzero", kwargs)
+
+    def no_qtransform(params, rng_key, root, recurrent_fn, *, num_simulations,
+                      invalid_actions=None):
+        raise AssertionError("never called")
+
+    with pytest.raises(ValueError, match="has no default qtransform to configure"):
+        resolve_search(no_qtransform, {"qtransform": {"value_scale": 0.2}})
