@@ -378,10 +378,10 @@ def _qtransform_by_name(name: str) -> Callable[..., chex.Array]:
         return resolve_search(name)  # the same import rules and errors
     from muzero_jax import puct
 
+    attr = name if name.startswith("qtransform_") else f"qtransform_{name}"
     for module in (mctx, puct):
-        for attr in (name, f"qtransform_{name}"):
-            if attr.startswith("qtransform_") and callable(getattr(module, attr, None)):
-                return getattr(module, attr)
+        if callable(getattr(module, attr, None)):
+            return getattr(module, attr)
     known = sorted(a for a in dir(mctx) if a.startswith("qtransform_"))
     raise ValueError(
         f"unknown qtransform {name!r}; mctx's: {', '.join(known)}, "
@@ -422,9 +422,7 @@ def resolve_qtransform(
     if name is not None:
         base = _qtransform_by_name(str(name))
     else:
-        inner = search_fn
-        while isinstance(inner, functools.partial):
-            inner = inner.func
+        inner = _unwrapped(search_fn)
         try:
             parameter = inspect.signature(inner).parameters.get("qtransform")
         except (TypeError, ValueError):
@@ -477,11 +475,16 @@ _KEYWORDS = ("num_simulations", "invalid_actions")
 _SIGNATURE = "(params, rng_key, root, recurrent_fn, *, num_simulations, invalid_actions, ...)"
 
 
-def _search_name(search_fn: Callable[..., Any]) -> str:
-    """A readable name for error messages (unwraps `functools.partial`)."""
-    fn = search_fn
+def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function inside any nesting of `functools.partial`."""
     while isinstance(fn, functools.partial):
         fn = fn.func
+    return fn
+
+
+def _search_name(search_fn: Callable[..., Any]) -> str:
+    """A readable name for error messages (unwraps `functools.partial`)."""
+    fn = _unwrapped(search_fn)
     module = getattr(fn, "__module__", None)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     if name is None:
@@ -494,9 +497,7 @@ def _check_signature(search_fn: Callable[..., Any], name: str) -> None:
     binds, and names what does not."""
     if not callable(search_fn):
         raise ValueError(f"search {search_fn!r} is a {type(search_fn).__name__}, not a callable")
-    base = search_fn
-    while isinstance(base, functools.partial):
-        base = base.func
+    base = _unwrapped(search_fn)
     try:
         base_signature = inspect.signature(base)
     except (TypeError, ValueError):  # e.g. a C callable: tracing will tell
