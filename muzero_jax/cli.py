@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import warnings
 from typing import Annotated, Literal
 
@@ -206,6 +207,10 @@ class EvalArgs:
         over the board's symmetries (Connect Four's mirror; the eight of
         TicTacToe and Go): test-time augmentation, S times the network cost.
         Default: the run's eval_symmetry_ensemble.
+      output: the file the results are written to (None: DIR/eval.json
+        for a run directory, no file for a checkpoint directory). Give each
+        evaluation of one run its own file to keep them all, e.g. when
+        several run side by side.
     """
 
     logdir: str
@@ -221,6 +226,7 @@ class EvalArgs:
     model: str | None = None
     weights: str | None = None
     symmetry_ensemble: bool | None = None
+    output: str | None = None
 
     def __post_init__(self):
         if self.model is not None and self.model not in EVAL_MODELS:
@@ -524,6 +530,19 @@ def _train_seeds(args: TrainArgs, config, logdir: str) -> int:
     return 0
 
 
+def _write_json_atomically(path: str, obj: object) -> None:
+    """Writes `obj` as JSON to `path` through a temporary file in the same
+    directory, so an interrupted write never leaves a truncated file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".part")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def _eval(argv: list[str]) -> int:
     import jax
 
@@ -536,6 +555,14 @@ def _eval(argv: list[str]) -> int:
         raise UsageError(f"{_PROG} eval: {e}") from None
     if not os.path.isdir(args.logdir):
         raise UsageError(f"{_PROG} eval: --logdir {args.logdir} is not a directory")
+    if args.output is not None:
+        if os.path.isdir(args.output):
+            raise UsageError(f"{_PROG} eval: --output {args.output} is a directory; "
+                             "give a file name, e.g. eval_seed1.json")
+        parent = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(parent):
+            raise UsageError(f"{_PROG} eval: --output {args.output}: its directory {parent} "
+                             "does not exist")
     from muzero_jax import compile_cache
 
     compile_cache.enable(args.compile_cache)
@@ -594,10 +621,12 @@ def _eval(argv: list[str]) -> int:
         print(f"{_PROG}: {agent.config.env}, checkpoint {agent.step}, {args.episodes} greedy "
               f"episodes, {result['num_simulations']} simulations: return {mean:.4f} "
               f"+- {stderr:.4f} (standard error)", flush=True)
-    if out_dir is not None:
-        with open(os.path.join(out_dir, "eval.json"), "w") as f:
-            json.dump(result, f, indent=2)
-        print(f"{_PROG}: wrote {os.path.join(out_dir, 'eval.json')}", flush=True)
+    out_path = args.output
+    if out_path is None and out_dir is not None:
+        out_path = os.path.join(out_dir, "eval.json")
+    if out_path is not None:
+        _write_json_atomically(out_path, result)
+        print(f"{_PROG}: wrote {out_path}", flush=True)
     return 0
 
 

@@ -199,6 +199,23 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
     with pytest.raises(ValueError, match="env_state"):
         in_env.search(obs, num_simulations=8)
 
+    # --output: the results go to that file instead, and DIR/eval.json keeps
+    # the last run's; a directory or a missing parent is one line, exit 2.
+    out = tmp_path / "eval_seed1.json"
+    assert main(["eval", "--logdir", str(logdir), "--episodes", "6", "--num-simulations", "8",
+                 "--seed", "1", "--output", str(out)]) == 0
+    assert str(out) in capsys.readouterr().out
+    assert json.loads((logdir / "eval.json").read_text()) == result
+    written = json.loads(out.read_text())
+    assert written["seed"] == 1 and written["returns"] == [
+        float(r) for r in load_agent(logdir).evaluate(6, jax.random.key(1), num_simulations=8)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval_seed1.json", "run"]
+    for bad, message in ((tmp_path, "is a directory"),
+                         (tmp_path / "missing" / "e.json", "does not exist")):
+        assert main(["eval", "--logdir", str(logdir), "--output", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
     # The target network's weights (`--weights target`): the checkpoint's
     # target_params, read independently from the full state, not the online ones.
     from muzero_jax.checkpoint import Checkpointer
