@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from typing import Annotated, Literal
 
@@ -532,10 +531,11 @@ def _train_seeds(args: TrainArgs, config, logdir: str) -> int:
 
 def _write_json_atomically(path: str, obj: object) -> None:
     """Writes `obj` as JSON to `path` through a temporary file in the same
-    directory, so an interrupted write never leaves a truncated file."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".part")
+    directory (named per process, created with the usual permissions), so an
+    interrupted write never leaves a truncated file."""
+    tmp = f"{path}.{os.getpid()}.part"
     try:
-        with os.fdopen(fd, "w") as f:
+        with open(tmp, "w") as f:
             json.dump(obj, f, indent=2)
         os.replace(tmp, path)
     finally:
