@@ -85,7 +85,8 @@ class Agent:
       env: the run's `Environment`.
       params: the network parameters.
       trainer: the `learning.Trainer` built from `config` (networks, supports,
-        search function).
+        search function: the agent searches with its evaluation search,
+        `eval_search_fn`).
       step: the checkpoint step (iteration) the parameters come from.
       model: what the search plans in, one of `MODELS`: "learned" (MuZero's
         dynamics), "env" (the environment's step; the networks still give
@@ -161,7 +162,8 @@ class Agent:
     def _search_batch(self, params, rng_key, observation, legal_action_mask, env_state=None, *,
                       num_simulations: int) -> AgentOutput:
         root = self._root_fn(params, observation, env_state)
-        out = self.trainer.search_fn(
+        search_fn = self.trainer.eval_search_fn or self.trainer.search_fn
+        out = search_fn(
             params, rng_key, root, self._recurrent_fn, num_simulations=num_simulations,
             invalid_actions=jnp.logical_not(legal_action_mask),
         )
@@ -287,10 +289,13 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         given).
       search: search with another search than the run's: a built-in name
         (`muzero_jax.search.BUILTIN_SEARCHES`) or "package.module:function"
-        (default: the run's). The networks and parameters are the same.
+        (default: the run's evaluation search, `Config.evaluation_search`:
+        its `eval_search`, else self-play's `search`). The networks and
+        parameters are the same.
       search_kwargs: JSON object of that search's keyword hyper-parameters
-        (default: the run's for the run's own search, none for another, whose
-        signature the run's may not fit).
+        (default: the run's own for a search the run used, its evaluation
+        search's for that one and self-play's for self-play's; none for
+        another, whose signature the run's may not fit).
       model: what the search plans in (`MODELS`; default: the run's
         `search_model`, "learned" unless it trained otherwise): "learned" (MuZero's
         dynamics), "env" (the environment's own step, with
@@ -330,12 +335,16 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
     try:
         meta, step = checkpointer.read_meta(step if step is not None else given_step)
         run_config = config = config_from_dict(meta["config"])
-        if search is not None or search_kwargs is not None:
-            same = search is None or search == config.search
-            config = dataclasses.replace(
-                config, search=config.search if search is None else search,
-                search_kwargs=(search_kwargs if search_kwargs is not None
-                               else config.search_kwargs if same else "{}"))
+        eval_name, eval_kwargs = config.evaluation_search()
+        if (search is not None or search_kwargs is not None
+                or (eval_name, eval_kwargs) != (config.search, config.search_kwargs)):
+            name = eval_name if search is None else search
+            if search_kwargs is None:  # the run's own for a search it used, else none
+                search_kwargs = (eval_kwargs if name == eval_name else config.search_kwargs
+                                 if name == config.search else "{}")
+            # The agent's search becomes the config's `search` (and evaluation's).
+            config = dataclasses.replace(config, search=name, search_kwargs=search_kwargs,
+                                         eval_search="", eval_search_kwargs="")
         trainer = make_train(config)  # checks the search before anything is read
         # The parameters are checked against the run's own config.
         run_trainer = trainer if config == run_config else make_train(run_config)

@@ -184,10 +184,11 @@ class EvalArgs:
         directory; see `train --help`).
       search: search with another search than the run's, on the same
         network: a built-in name (gumbel_muzero, muzero, puct, muzero_paper)
-        or "package.module:function" (None: the run's).
+        or "package.module:function" (None: the run's evaluation search, its
+        `eval_search`, else its self-play `search`).
       search_kwargs: JSON object of the search's keyword hyper-parameters,
-        e.g. '{"dirichlet_fraction": 0}' for puct (None: the run's for its own
-        search, none for another).
+        e.g. '{"dirichlet_fraction": 0}' for puct (None: the run's own for a
+        search it used, in evaluation or self-play; none for another).
       model: what the search plans in: "learned" (MuZero's dynamics),
         "env" (the environment's own step, with the networks' prior and
         value at every node: AlphaZero's planning, exact for the board

@@ -286,6 +286,15 @@ class Config:
       eval_episodes: greedy evaluation episodes per evaluation.
       eval_num_simulations: simulations per search in evaluation (0: same as
         `num_simulations`).
+      eval_search: the search of the trainer's evaluations and, by default,
+        of `load_agent` (`muzero-jax eval`, `muzero-jax play`): a name as for
+        `search`. Empty (the default): self-play's `search`. E.g. self-play
+        with "gumbel_muzero" and 16 simulations, evaluation with "muzero"
+        (PUCT) and `eval_num_simulations` 128.
+      eval_search_kwargs: that search's keyword hyper-parameters, as for
+        `search_kwargs`. Empty (the default): self-play's `search_kwargs`
+        when `eval_search` is empty or names the same search, none
+        otherwise (another search's signature may not take them).
       num_devices: devices to run on (0: all local devices).
     """
 
@@ -357,6 +366,8 @@ class Config:
     eval_every: int = 10
     eval_episodes: int = 32
     eval_num_simulations: int = 0
+    eval_search: str = ""
+    eval_search_kwargs: str = ""
     num_devices: int = 0
 
     def __post_init__(self):
@@ -487,6 +498,7 @@ class Config:
                 f"reanalyse_rows * replay_capacity must be below 2**31 (the sweep's int32 "
                 f"index), got {self.reanalyse_rows} * {self.replay_capacity}")
         self.parsed_search_kwargs()  # raises on malformed JSON
+        self.parsed_eval_search_kwargs()
         self.parsed_env_kwargs()
         if self.sequence_length > self.replay_capacity:
             raise ValueError(
@@ -523,27 +535,47 @@ class Config:
 
     def parsed_search_kwargs(self) -> dict[str, Any]:
         """`search_kwargs` as a dict (JSON object, or `key=value,key=value`)."""
-        text = self.search_kwargs.strip()
-        if not text:
-            return {}
-        if not text.startswith("{"):
-            out: dict[str, Any] = {}
-            for item in text.split(","):
-                key, sep, value = item.partition("=")
-                if not sep or not key.strip():
-                    raise ValueError(
-                        f"search_kwargs must be JSON or key=value pairs, got {self.search_kwargs!r}"
-                    )
-                try:
-                    out[key.strip()] = json.loads(value)
-                except json.JSONDecodeError:
-                    out[key.strip()] = value.strip()
-            return out
-        return _json_object("search_kwargs", text)
+        return _search_kwargs("search_kwargs", self.search_kwargs)
+
+    def evaluation_search(self) -> tuple[str, str]:
+        """The search and its `search_kwargs` text that evaluation uses.
+
+        `eval_search` (default: `search`) and `eval_search_kwargs`, which
+        default to `search_kwargs` for the same search and to none for
+        another.
+        """
+        name = self.eval_search.strip() or self.search
+        if self.eval_search_kwargs.strip():
+            return name, self.eval_search_kwargs
+        return name, self.search_kwargs if name == self.search else "{}"
+
+    def parsed_eval_search_kwargs(self) -> dict[str, Any]:
+        """`evaluation_search()`'s keyword arguments as a dict."""
+        name = "eval_search_kwargs" if self.eval_search_kwargs.strip() else "search_kwargs"
+        return _search_kwargs(name, self.evaluation_search()[1])
 
     def parsed_env_kwargs(self) -> dict[str, Any]:
         """`env_kwargs` as a dict (a JSON object; empty text is `{}`)."""
         return _json_object("env_kwargs", self.env_kwargs.strip() or "{}")
+
+
+def _search_kwargs(name: str, text: str) -> dict[str, Any]:
+    """A search's keyword arguments from a JSON object or `key=value,key=value`."""
+    stripped = text.strip()
+    if not stripped:
+        return {}
+    if not stripped.startswith("{"):
+        out: dict[str, Any] = {}
+        for item in stripped.split(","):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"{name} must be JSON or key=value pairs, got {text!r}")
+            try:
+                out[key.strip()] = json.loads(value)
+            except json.JSONDecodeError:
+                out[key.strip()] = value.strip()
+        return out
+    return _json_object(name, stripped)
 
 
 def _json_object(name: str, text: str) -> dict[str, Any]:

@@ -146,13 +146,15 @@ class Trainer(NamedTuple):
       networks: the networks.
       value_support: value support.
       reward_support: reward support.
-      search_fn: the search in use.
+      search_fn: the search in use (self-play's).
       config: the config the trainer was built from (never passed to jit).
       num_seeds: seeds batched in one program (1: a plain run).
       state_shapes: `state_shapes(rng_key) -> TrainState` of
         `jax.ShapeDtypeStruct`s with the shardings `init` places the state on:
         what `iteration.lower(...)` needs to compile before (or while) `init`
         runs. Nothing is compiled or run.
+      eval_search_fn: the search of `evaluate` (`config.eval_search`; the same
+        as `search_fn` unless set).
     """
 
     init: Callable[[chex.PRNGKey], TrainState]
@@ -167,6 +169,7 @@ class Trainer(NamedTuple):
     config: Config
     num_seeds: int = 1
     state_shapes: Callable[[chex.PRNGKey], TrainState] | None = None
+    eval_search_fn: Callable[..., mctx.PolicyOutput] | None = None
 
 
 def make_mesh(num_devices: int = 0) -> Mesh:
@@ -574,19 +577,26 @@ def make_train(
     # the check costs about a second of a cold start.
     trusted = (search_fn is None and config.search in BUILTIN_SEARCHES
                and not config.parsed_search_kwargs())
+    given_search_fn = search_fn
     if search_fn is None:
         search_fn = resolve_search(config.search, config.parsed_search_kwargs())
     elif config.parsed_search_kwargs():
         search_fn = resolve_search(search_fn, config.parsed_search_kwargs())
 
+    obs_spec = jax.ShapeDtypeStruct((local_envs,) + env.observation_shape, jnp.float32)
+    mask_spec = jax.ShapeDtypeStruct((local_envs, env.num_actions), jnp.bool_)
     if not trusted:
-        obs_spec = jax.ShapeDtypeStruct((local_envs,) + env.observation_shape, jnp.float32)
         params_spec = jax.eval_shape(networks.init, jax.random.key(0), obs_spec)
         check_search_fn(  # with the functions self-play's search will be given
-            search_fn, act_root_fn, act_recurrent_fn, params_spec, obs_spec,
-            jax.ShapeDtypeStruct((local_envs, env.num_actions), jnp.bool_),
+            search_fn, act_root_fn, act_recurrent_fn, params_spec, obs_spec, mask_spec,
             num_simulations=config.num_simulations,
         )
+    eval_root_fn, eval_recurrent_fn = root_fn, recurrent_fn
+    if config.eval_symmetry_ensemble:
+        eval_root_fn, eval_recurrent_fn = ensemble_root_fn, ensemble_recurrent_fn
+    eval_search_fn = _evaluation_search_fn(
+        config, search_fn, given_search_fn, networks, eval_root_fn, eval_recurrent_fn,
+        obs_spec, mask_spec)
 
     buffer = make_replay_buffer(
         num_envs=local_envs,
@@ -861,11 +871,8 @@ def make_train(
             shardings, shapes, is_leaf=lambda x: isinstance(x, NamedSharding),
         )
 
-    eval_root_fn, eval_recurrent_fn = root_fn, recurrent_fn
-    if config.eval_symmetry_ensemble:
-        eval_root_fn, eval_recurrent_fn = ensemble_root_fn, ensemble_recurrent_fn
     evaluate = make_evaluate(
-        env, eval_root_fn, eval_recurrent_fn, search_fn,
+        env, eval_root_fn, eval_recurrent_fn, eval_search_fn,
         num_simulations=config.eval_num_simulations or config.num_simulations,
         num_episodes=config.eval_episodes,
         compiler_options=None if num_seeds > 1 else compiler_options,
@@ -876,7 +883,31 @@ def make_train(
         init=init, iteration=iteration, evaluate=evaluate, mesh=mesh, env=env,
         networks=networks, value_support=value_support, reward_support=reward_support,
         search_fn=search_fn, config=config, num_seeds=num_seeds, state_shapes=state_shapes,
+        eval_search_fn=eval_search_fn,
     )
+
+
+def _evaluation_search_fn(config, search_fn, given_search_fn, networks, root_fn, recurrent_fn,
+                          obs_spec, mask_spec):
+    """The search of evaluation: self-play's, or `config.eval_search` with its
+    keyword arguments (`Config.evaluation_search`), resolved and checked
+    against the functions evaluation gives it, before anything compiles."""
+    if not (config.eval_search.strip() or config.eval_search_kwargs.strip()):
+        return search_fn
+    name, _ = config.evaluation_search()
+    kwargs = config.parsed_eval_search_kwargs()
+    # Without eval_search, a search given from Python stays evaluation's.
+    spec = given_search_fn if given_search_fn is not None and not config.eval_search.strip() \
+        else name
+    try:
+        fn = resolve_search(spec, kwargs)
+        if not (isinstance(spec, str) and spec in BUILTIN_SEARCHES and not kwargs):
+            params_spec = jax.eval_shape(networks.init, jax.random.key(0), obs_spec)
+            check_search_fn(fn, root_fn, recurrent_fn, params_spec, obs_spec, mask_spec,
+                            num_simulations=config.eval_num_simulations or config.num_simulations)
+    except ValueError as e:
+        raise ValueError(f"eval_search {name!r}: {e}") from None
+    return fn
 
 
 def _example_row(env: Environment, action_rewards: bool = False,

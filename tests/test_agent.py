@@ -44,6 +44,78 @@ def test_load_agent_restores_params(saved):
         muzero_jax.load_agent(logdir / "checkpoints" / "missing")
 
 
+TRACED = []
+
+
+def recording_muzero_policy(params, rng_key, root, recurrent_fn, num_simulations,
+                            invalid_actions=None, dirichlet_fraction=0.25, pb_c_init=1.25):
+    """mctx's muzero_policy, recording each trace's simulations and kwargs."""
+    TRACED.append((num_simulations, dirichlet_fraction, pb_c_init))
+    return mctx.muzero_policy(params, rng_key, root, recurrent_fn, num_simulations,
+                              invalid_actions=invalid_actions,
+                              dirichlet_fraction=dirichlet_fraction, pb_c_init=pb_c_init)
+
+
+def test_the_runs_evaluation_search_is_load_agents_and_the_trainers(saved, tmp_path):
+    """A run that self-plays with Gumbel and evaluates with PUCT (`eval_search`):
+    `load_agent` searches with PUCT and its kwargs, as mctx does by hand;
+    `search=` still picks self-play's with its own kwargs; the trainer's
+    evaluation runs that search, with evaluation's simulations."""
+    import dataclasses
+
+    _, _, state = saved
+    puct_kwargs = '{"dirichlet_fraction": 0.0, "pb_c_init": 2.0}'
+    config = dataclasses.replace(CONFIG, search="gumbel_muzero", search_kwargs="gumbel_scale=0.5",
+                                 eval_search="muzero", eval_search_kwargs=puct_kwargs)
+    checkpointer = Checkpointer(tmp_path / "checkpoints")
+    checkpointer.save(5, state, {"iteration": 5}, config)
+    checkpointer.close()
+
+    agent = muzero_jax.load_agent(tmp_path)
+    assert (agent.config.search, agent.config.search_kwargs) == ("muzero", puct_kwargs)
+    obs = jax.vmap(lambda k: agent.env.reset(k)[1].observation)(
+        jax.random.split(jax.random.key(1), 5))
+    key = jax.random.key(7)
+    out = agent.search(obs, rng=key, num_simulations=6)
+    trainer = agent.trainer
+    root = make_root_fn(trainer.networks, trainer.value_support)(state.params, obs)
+    rec = make_recurrent_fn(trainer.networks, trainer.value_support, trainer.reward_support,
+                            discount=CONFIG.discount)
+    ref = mctx.muzero_policy(state.params, key, root, rec, num_simulations=6,
+                             invalid_actions=jnp.zeros((5, 3), bool), dirichlet_fraction=0.0,
+                             pb_c_init=2.0)
+    np.testing.assert_allclose(out.policy, ref.action_weights, atol=1e-5)
+    np.testing.assert_allclose(out.value, ref.search_tree.node_values[:, 0], atol=1e-5)
+
+    # Each search the run used keeps its own kwargs; kwargs alone go to evaluation's.
+    for kwargs, (func, keywords) in [
+        (dict(search="gumbel_muzero"), (mctx.gumbel_muzero_policy, {"gumbel_scale": 0.5})),
+        (dict(search="muzero"), (mctx.muzero_policy, {"dirichlet_fraction": 0.0,
+                                                      "pb_c_init": 2.0})),
+        (dict(search_kwargs="pb_c_init=3"), (mctx.muzero_policy, {"pb_c_init": 3})),
+    ]:
+        other = muzero_jax.load_agent(tmp_path, **kwargs)
+        for fn in (other.trainer.search_fn, other.trainer.eval_search_fn):
+            assert fn.func is func and fn.keywords == keywords, kwargs
+
+    trainer = make_train(config)
+    assert trainer.search_fn.func is mctx.gumbel_muzero_policy
+    assert trainer.eval_search_fn.func is mctx.muzero_policy
+    assert trainer.eval_search_fn.keywords == {"dirichlet_fraction": 0.0, "pb_c_init": 2.0}
+    # An Agent built on the run's own trainer searches with evaluation's search too.
+    direct = Agent(config, trainer, state.params).search(obs, rng=key, num_simulations=6)
+    np.testing.assert_allclose(direct.policy, ref.action_weights, atol=1e-5)
+    # The trainer's evaluation runs the evaluation search (traced once, with
+    # evaluation's simulations), and self-play does not.
+    trainer = make_train(dataclasses.replace(
+        config, eval_search=f"{__name__}:recording_muzero_policy", eval_num_simulations=5))
+    TRACED.clear()
+    returns = trainer.evaluate(state.params, jax.random.key(3))
+    assert returns.shape == (CONFIG.eval_episodes,) and TRACED == [(5, 0.0, 2.0)]
+    with pytest.raises(ValueError, match="eval_search 'muzero': .* does not take .* c_uct"):
+        make_train(dataclasses.replace(config, eval_search_kwargs="c_uct=1"))
+
+
 def test_search_matches_mctx_and_act_is_most_visited(saved):
     _, trainer, state = saved
     agent = Agent(CONFIG, trainer, state.params)

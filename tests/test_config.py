@@ -63,6 +63,28 @@ def test_search_kwargs_forms():
     assert parsed == {"max_num_considered_actions": 4, "qtransform": "x"}
 
 
+def test_evaluation_search_defaults_to_self_plays_and_its_kwargs_only_for_the_same_search():
+    own = '{"gumbel_scale": 0.0}'
+    cases = [  # (eval_search, eval_search_kwargs) -> (search, kwargs text, parsed)
+        (("", ""), ("gumbel_muzero", own, {"gumbel_scale": 0.0})),
+        (("gumbel_muzero", ""), ("gumbel_muzero", own, {"gumbel_scale": 0.0})),
+        (("muzero", ""), ("muzero", "{}", {})),
+        (("muzero", "dirichlet_fraction=0"), ("muzero", "dirichlet_fraction=0",
+                                              {"dirichlet_fraction": 0})),
+        (("", '{"gumbel_scale": 1.0}'), ("gumbel_muzero", '{"gumbel_scale": 1.0}',
+                                         {"gumbel_scale": 1.0})),
+    ]
+    for (name, kwargs), (want_name, want_text, want_parsed) in cases:
+        cfg = Config(search="gumbel_muzero", search_kwargs=own, eval_search=name,
+                     eval_search_kwargs=kwargs)
+        assert cfg.evaluation_search() == (want_name, want_text)
+        assert cfg.parsed_eval_search_kwargs() == want_parsed
+    with pytest.raises(ValueError, match="eval_search_kwargs is not valid JSON"):
+        Config(eval_search_kwargs="{bad")
+    with pytest.raises(ValueError, match="eval_search_kwargs must be JSON or key=value"):
+        Config(eval_search_kwargs="nope")
+
+
 def test_env_kwargs_build_the_training_environment():
     from muzero_jax.learning import make_train
 
