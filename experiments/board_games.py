@@ -254,12 +254,14 @@ def _save(logdir: str, config, state, iteration: int, train_s: float, evals: lis
     launch.json the `--cpu-devices` that resume starts with)."""
     from muzero_jax.checkpoint import Checkpointer
     from muzero_jax.cli import write_launch_file
+    from muzero_jax.provenance import append_environment_record
     from muzero_jax.train import config_json
 
     os.makedirs(logdir, exist_ok=True)
     with open(os.path.join(logdir, "config.json"), "w") as f:
         f.write(config_json(config))
     write_launch_file(logdir, cpu_devices)
+    append_environment_record(logdir, iteration=0, resumed=False)
     checkpointer = Checkpointer(os.path.join(logdir, "checkpoints"))
     try:
         checkpointer.save(iteration, state, {"env_steps": int(state.counters.env_steps),

@@ -27,6 +27,7 @@ from typing import Annotated, Literal
 import tyro
 
 from muzero_jax.config import Config, config_from_dict, config_to_dict
+from muzero_jax.provenance import ENVIRONMENT_FILE
 
 __all__ = ["LAUNCH_FILE", "EvalArgs", "TrainArgs", "main", "write_launch_file"]
 
@@ -42,7 +43,7 @@ LAUNCH_FILE = "launch.json"
 """A run directory's record of how its processes were started (`{"cpu_devices":
 N}`): `train --resume` starts the same way unless told otherwise."""
 _RUN_FILES = ("config.json", LAUNCH_FILE, "metrics.jsonl", "checkpoints", "curve.png",
-              "eval.json")
+              "eval.json", ENVIRONMENT_FILE)
 
 
 class UsageError(Exception):

@@ -2,7 +2,8 @@
 
 The host only sees metrics once per iteration; everything else stays on
 device. With a `logdir`, a run writes `config.json`, `metrics.jsonl`,
-TensorBoard events and `curve.png` (see `logger.RunLogger`) and checkpoints in
+TensorBoard events and `curve.png` (see `logger.RunLogger`), a line of
+`environment.jsonl` per start or resume (`provenance`) and checkpoints in
 `logdir/checkpoints/`, and `resume=True` continues it exactly: the restored
 `TrainState` carries the rng, replay and counters; the checkpoint's metadata
 carries the host-side part (wall time so far, the evaluation history of the
@@ -26,6 +27,7 @@ import numpy as np
 
 from muzero_jax.config import Config, config_to_dict
 from muzero_jax.learning import IterationMetrics, Trainer, TrainState, make_train
+from muzero_jax.provenance import append_environment_record
 
 __all__ = [
     "DEFAULT_STOP_AT",
@@ -289,6 +291,8 @@ def train(
             os.makedirs(logdir, exist_ok=True)
             with open(os.path.join(logdir, "config.json"), "w") as f:
                 f.write(config_json(config))
+            append_environment_record(logdir, iteration=last_saved or 0, resumed=resume,
+                                      devices=trainer.mesh.devices.flat)
             logger = RunLogger(
                 logdir, total_env_steps=config.max_env_steps,
                 start_iteration=last_saved or 0, title=f"muzero-jax {config.env}",
@@ -506,6 +510,8 @@ def train_seeds(
         os.makedirs(logdir, exist_ok=True)
         with open(os.path.join(logdir, "config.json"), "w") as f:
             f.write(config_json(config))
+        append_environment_record(logdir, iteration=0, resumed=False,
+                                  devices=trainer.mesh.devices.flat)
         for seed in seeds:
             os.makedirs(os.path.join(logdir, f"seed_{seed}"), exist_ok=True)
             sinks.append(open(os.path.join(logdir, f"seed_{seed}", "metrics.jsonl"), "w"))  # noqa: SIM115

@@ -85,9 +85,24 @@ def test_resume_is_exact(resumed_runs):
 
 
 def test_run_directory_contents(resumed_runs):
-    _, trainer, (a, _), _ = resumed_runs
+    _, trainer, (a, _), (b, first, _) = resumed_runs
     names = os.listdir(a)
-    assert {"config.json", "metrics.jsonl", "curve.png", "checkpoints"} <= set(names)
+    assert {"config.json", "metrics.jsonl", "curve.png", "checkpoints",
+            "environment.jsonl"} <= set(names)
+    # One environment record per start: the resumed run's second names the
+    # iteration it resumed from (the first run's last checkpoint) and this machine.
+    import importlib.metadata
+    import json
+
+    with open(os.path.join(b, "environment.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    last = first.history[-1]["iteration"]
+    assert [(r["iteration"], r["resumed"]) for r in records] == [(0, False), (last, True)]
+    for r in records:
+        assert r["packages"]["jax"] == jax.__version__
+        assert r["packages"]["mctx"] == importlib.metadata.version("mctx")
+        assert r["devices"]["count"] == trainer.mesh.devices.size
+        assert r["devices"]["platform"] == jax.devices()[0].platform and r["cpu"]["model"]
     assert any(n.startswith("events.out.tfevents.") for n in names)
     assert sorted(os.listdir(os.path.join(a, "checkpoints"))) == ["2", "4"]
     # A step that was not kept is refused with the steps that were.
