@@ -585,18 +585,20 @@ def make_train(
 
     obs_spec = jax.ShapeDtypeStruct((local_envs,) + env.observation_shape, jnp.float32)
     mask_spec = jax.ShapeDtypeStruct((local_envs, env.num_actions), jnp.bool_)
+    # Abstract parameters for the search checks, traced at most once.
+    params_spec = functools.cache(
+        lambda: jax.eval_shape(networks.init, jax.random.key(0), obs_spec))
     if not trusted:
-        params_spec = jax.eval_shape(networks.init, jax.random.key(0), obs_spec)
         check_search_fn(  # with the functions self-play's search will be given
-            search_fn, act_root_fn, act_recurrent_fn, params_spec, obs_spec, mask_spec,
+            search_fn, act_root_fn, act_recurrent_fn, params_spec(), obs_spec, mask_spec,
             num_simulations=config.num_simulations,
         )
     eval_root_fn, eval_recurrent_fn = root_fn, recurrent_fn
     if config.eval_symmetry_ensemble:
         eval_root_fn, eval_recurrent_fn = ensemble_root_fn, ensemble_recurrent_fn
     eval_search_fn = _evaluation_search_fn(
-        config, search_fn, given_search_fn, networks, eval_root_fn, eval_recurrent_fn,
-        obs_spec, mask_spec)
+        config, search_fn, given_search_fn, eval_root_fn, eval_recurrent_fn,
+        params_spec, obs_spec, mask_spec)
 
     buffer = make_replay_buffer(
         num_envs=local_envs,
@@ -887,11 +889,12 @@ def make_train(
     )
 
 
-def _evaluation_search_fn(config, search_fn, given_search_fn, networks, root_fn, recurrent_fn,
-                          obs_spec, mask_spec):
+def _evaluation_search_fn(config, search_fn, given_search_fn, root_fn, recurrent_fn,
+                          params_spec, obs_spec, mask_spec):
     """The search of evaluation: self-play's, or `config.eval_search` with its
     keyword arguments (`Config.evaluation_search`), resolved and checked
-    against the functions evaluation gives it, before anything compiles."""
+    against the functions evaluation gives it (`params_spec()`: the abstract
+    parameters), before anything compiles."""
     if not (config.eval_search.strip() or config.eval_search_kwargs.strip()):
         return search_fn
     name, _ = config.evaluation_search()
@@ -902,8 +905,7 @@ def _evaluation_search_fn(config, search_fn, given_search_fn, networks, root_fn,
     try:
         fn = resolve_search(spec, kwargs)
         if not (isinstance(spec, str) and spec in BUILTIN_SEARCHES and not kwargs):
-            params_spec = jax.eval_shape(networks.init, jax.random.key(0), obs_spec)
-            check_search_fn(fn, root_fn, recurrent_fn, params_spec, obs_spec, mask_spec,
+            check_search_fn(fn, root_fn, recurrent_fn, params_spec(), obs_spec, mask_spec,
                             num_simulations=config.eval_num_simulations or config.num_simulations)
     except ValueError as e:
         raise ValueError(f"eval_search {name!r}: {e}") from None
