@@ -575,8 +575,7 @@ def make_train(
     # (a user's search, or kwargs that may not bind) is checked once with
     # abstract shapes before anything is compiled. Tracing mctx's search for
     # the check costs about a second of a cold start.
-    trusted = (search_fn is None and config.search in BUILTIN_SEARCHES
-               and not config.parsed_search_kwargs())
+    trusted = search_fn is None and _known_to_fit(config.search, config.parsed_search_kwargs())
     given_search_fn = search_fn
     if search_fn is None:
         search_fn = resolve_search(config.search, config.parsed_search_kwargs())
@@ -889,6 +888,11 @@ def make_train(
     )
 
 
+def _known_to_fit(spec, kwargs) -> bool:
+    """Whether a search needs no check: a built-in name without kwargs."""
+    return isinstance(spec, str) and spec in BUILTIN_SEARCHES and not kwargs
+
+
 def _evaluation_search_fn(config, search_fn, given_search_fn, root_fn, recurrent_fn,
                           params_spec, obs_spec, mask_spec):
     """The search of evaluation: self-play's, or `config.eval_search` with its
@@ -904,7 +908,7 @@ def _evaluation_search_fn(config, search_fn, given_search_fn, root_fn, recurrent
         else name
     try:
         fn = resolve_search(spec, kwargs)
-        if not (isinstance(spec, str) and spec in BUILTIN_SEARCHES and not kwargs):
+        if not _known_to_fit(spec, kwargs):
             check_search_fn(fn, root_fn, recurrent_fn, params_spec(), obs_spec, mask_spec,
                             num_simulations=config.eval_num_simulations or config.num_simulations)
     except ValueError as e:
