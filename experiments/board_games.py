@@ -59,6 +59,7 @@ import numpy as np
 
 from muzero_jax.arena import evaluate_against, solve_tic_tac_toe, tactical_positions, tactics_score
 from muzero_jax.config import config_to_dict
+from muzero_jax.files import write_text_atomically
 from muzero_jax.learning import make_train
 from muzero_jax.presets import preset
 
@@ -258,8 +259,7 @@ def _save(logdir: str, config, state, iteration: int, train_s: float, evals: lis
     from muzero_jax.train import config_json
 
     os.makedirs(logdir, exist_ok=True)
-    with open(os.path.join(logdir, "config.json"), "w") as f:
-        f.write(config_json(config))
+    write_text_atomically(os.path.join(logdir, "config.json"), config_json(config))
     write_launch_file(logdir, cpu_devices)
     append_environment_record(logdir, iteration=0, resumed=False)
     checkpointer = Checkpointer(os.path.join(logdir, "checkpoints"))
@@ -792,8 +792,7 @@ def main(argv: list[str] | None = None) -> None:
         result["command"] += f" --env-kwargs '{args.env_kwargs}'"
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{args.env}_seed{args.seed}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+    write_text_atomically(path, json.dumps(result, indent=1))
     print(f"target met at: {result['target_met_at']}; wrote {path}")
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import os
 import pickle
-import tempfile
 import urllib.request
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
@@ -53,6 +52,7 @@ import numpy as np
 
 from muzero_jax.envs.base import Environment, TimeStep
 from muzero_jax.envs.pgx import game_state, pgx_game, reward_of_seat
+from muzero_jax.files import atomic_path
 
 __all__ = [
     "OPPONENTS",
@@ -319,14 +319,8 @@ def _download_pgx_baseline(model_id: str, path: str) -> bytes:
 def _write_whole(path: str, data: bytes) -> None:
     """Writes `data` to `path` through a temporary file: whole or not at all."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
 
 
 def make_pgx_baseline_opponent(env: Environment, directory: str | None = None) -> OpponentFn:

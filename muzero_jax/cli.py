@@ -27,6 +27,7 @@ from typing import Annotated, Literal
 import tyro
 
 from muzero_jax.config import Config, config_from_dict, config_to_dict
+from muzero_jax.files import write_text_atomically
 from muzero_jax.provenance import ENVIRONMENT_FILE
 
 __all__ = ["LAUNCH_FILE", "EvalArgs", "TrainArgs", "main", "write_launch_file"]
@@ -311,9 +312,8 @@ def _load_run_config(logdir: str) -> Config:
 
 def write_launch_file(logdir: str, cpu_devices: int) -> None:
     """Records in `logdir` how the run's processes were started (LAUNCH_FILE)."""
-    with open(os.path.join(logdir, LAUNCH_FILE), "w") as f:
-        json.dump({"cpu_devices": int(cpu_devices)}, f)
-        f.write("\n")
+    write_text_atomically(os.path.join(logdir, LAUNCH_FILE),
+                          json.dumps({"cpu_devices": int(cpu_devices)}) + "\n")
 
 
 def _launched_cpu_devices(logdir: str) -> int:
@@ -531,20 +531,6 @@ def _train_seeds(args: TrainArgs, config, logdir: str) -> int:
     return 0
 
 
-def _write_json_atomically(path: str, obj: object) -> None:
-    """Writes `obj` as JSON to `path` through a temporary file in the same
-    directory (named per process, created with the usual permissions), so an
-    interrupted write never leaves a truncated file."""
-    tmp = f"{path}.{os.getpid()}.part"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def _eval(argv: list[str]) -> int:
     import jax
 
@@ -627,7 +613,7 @@ def _eval(argv: list[str]) -> int:
     if out_path is None and out_dir is not None:
         out_path = os.path.join(out_dir, "eval.json")
     if out_path is not None:
-        _write_json_atomically(out_path, result)
+        write_text_atomically(out_path, json.dumps(result, indent=2))
         print(f"{_PROG}: wrote {out_path}", flush=True)
     return 0
 

@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from muzero_jax.files import atomic_path, write_text_atomically
+
 __all__ = ["RunLogger", "format_row", "plot_curve", "read_metrics"]
 
 _NOT_SCALARS = ("iteration", "env_steps")
@@ -86,9 +88,8 @@ def plot_curve(rows: Iterable[dict[str, Any]], path: str | os.PathLike, *,
         axes[0].legend(loc="lower right")
     if title:
         fig.suptitle(title)
-    tmp = os.fspath(path) + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, path)  # readers never see a half-written image
+    with atomic_path(path) as tmp:  # readers never see a half-written image
+        fig.savefig(tmp, dpi=100)
 
 
 class RunLogger:
@@ -120,8 +121,9 @@ class RunLogger:
         self.stream = stream or sys.stdout
         self.rows = [r for r in read_metrics(self.metrics_path)
                      if r.get("iteration", 0) <= start_iteration] if start_iteration else []
-        with open(self.metrics_path, "w") as f:  # rewrite: drop rows past the checkpoint
-            f.writelines(json.dumps(r) + "\n" for r in self.rows)
+        # Rewritten whole or not at all (drops rows past the checkpoint): a kill
+        # here must not cost the run its history.
+        write_text_atomically(self.metrics_path, "".join(json.dumps(r) + "\n" for r in self.rows))
         self._sink = open(self.metrics_path, "a")  # noqa: SIM115 - closed in close()
         from tensorboardX import SummaryWriter
 

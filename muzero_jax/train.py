@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from muzero_jax.config import Config, config_to_dict
+from muzero_jax.files import atomic_path, write_text_atomically
 from muzero_jax.learning import IterationMetrics, Trainer, TrainState, make_train
 from muzero_jax.provenance import append_environment_record
 
@@ -289,8 +290,7 @@ def train(
             last_saved = restored.step
         if main:
             os.makedirs(logdir, exist_ok=True)
-            with open(os.path.join(logdir, "config.json"), "w") as f:
-                f.write(config_json(config))
+            write_text_atomically(os.path.join(logdir, "config.json"), config_json(config))
             append_environment_record(logdir, iteration=last_saved or 0, resumed=resume,
                                       devices=trainer.mesh.devices.flat)
             logger = RunLogger(
@@ -508,8 +508,7 @@ def train_seeds(
     if logdir is not None and main:
         logdir = os.fspath(logdir)
         os.makedirs(logdir, exist_ok=True)
-        with open(os.path.join(logdir, "config.json"), "w") as f:
-            f.write(config_json(config))
+        write_text_atomically(os.path.join(logdir, "config.json"), config_json(config))
         append_environment_record(logdir, iteration=0, resumed=False,
                                   devices=trainer.mesh.devices.flat)
         for seed in seeds:
@@ -606,7 +605,6 @@ def _plot_seeds(histories: list[list[dict[str, Any]]], path: str, env: str) -> N
         ax.grid(alpha=0.3)
     fig.suptitle(f"muzero-jax {env}: {len(histories)} seeds in one program")
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=90)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=90)
     plt.close(fig)
-    os.replace(tmp, path)

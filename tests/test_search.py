@@ -2,6 +2,10 @@
 
 import functools
 import json
+import os
+import pathlib
+import shutil
+import subprocess
 import sys
 
 import jax
@@ -282,6 +286,18 @@ def test_bench_search_main_writes_json(tmp_path, capsys, monkeypatch):
     assert data["argv"] == argv
     for key in ("date", "machine", "device", "jax", "mctx", "backend", "load_average"):
         assert key in data["machine"]
+    # With a training run's provenance: the packages, the CPU, the commit (the
+    # checkout's HEAD here, read with git; None for an installed copy).
+    machine = data["machine"]
+    assert machine["packages"]["mctx"] == mctx.__version__ == machine["mctx"]
+    assert machine["cpu"]["model"] and machine["xla_flags"] == os.environ.get("XLA_FLAGS", "")
+    repo = pathlib.Path(bench.__file__).resolve().parents[2]
+    if (repo / ".git").exists() and shutil.which("git"):
+        assert machine["git_commit"] == subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+            check=True).stdout.strip()
+    else:
+        assert machine["git_commit"] is None
     assert [r["policy"] for r in data["rows"]] == ["mctx_muzero"]
     for row in data["rows"]:
         assert (row["actions"], row["batch"], row["simulations"]) == (2, 1, 2)

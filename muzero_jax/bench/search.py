@@ -29,7 +29,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import json
 import os
@@ -222,22 +221,33 @@ def _load_average() -> list[float] | None:
 
 
 def machine_info() -> dict[str, Any]:
-    """Where and when the numbers were taken (machine, device, versions, load)."""
+    """Where and when the numbers were taken (machine, device, versions, load),
+    with the provenance a training run records (`provenance.environment_record`:
+    the CPU's model and vector instruction sets, the package versions, the
+    muzero_jax commit and whether it had uncommitted changes, XLA_FLAGS)."""
+    from muzero_jax.provenance import environment_record
+
     device = jax.devices()[0]
+    record = environment_record()
     return {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": record["time"],
         "machine": platform.node(),
         "device": str(device),
-        "num_devices": jax.device_count(),
-        "platform": platform.platform(),
+        "num_devices": record["devices"]["count"],
+        "platform": record["platform"],
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
-        "python": sys.version.split()[0],
+        "python": record["python"],
         "jax": jax.__version__,
         "mctx": mctx.__version__,
         "backend": jax.default_backend(),
-        "device_kind": device.device_kind,
+        "device_kind": record["devices"]["kind"],
         "load_average": _load_average(),
+        "cpu": record["cpu"],
+        "packages": record["packages"],
+        "git_commit": record["muzero_jax"]["git_commit"],
+        "git_dirty": record["muzero_jax"]["git_dirty"],
+        "xla_flags": record["xla_flags"],
     }
 
 
