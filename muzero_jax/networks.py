@@ -451,9 +451,11 @@ def _build_resnet(cfg: ResNetConfig, num_actions: int, value_bins: int, reward_b
             x = _tower(x, c // 2, 2, "stem_a")
             x = hk.Conv2D(c, 3, stride=2, name="stem_conv_1")(x)
             x = _tower(x, c, 3, "stem_b")
-            x = hk.avg_pool(x, 3, 2, "SAME")
+            # Full (H, W, C) window and strides: an int would make Haiku guess
+            # which axes are spatial, wrongly for an unbatched board under vmap.
+            x = hk.avg_pool(x, (3, 3, 1), (2, 2, 1), "SAME")
             x = _tower(x, c, 3, "stem_c")
-            x = hk.avg_pool(x, 3, 2, "SAME")
+            x = hk.avg_pool(x, (3, 3, 1), (2, 2, 1), "SAME")
         else:
             x = _Conv2D(c, 3, name="stem_conv")(x)
         x = _tower(x, c, cfg.num_blocks, "representation")
