@@ -476,7 +476,7 @@ class Experiment:
         )
 
     def _clip_factor(self, grads, switches):
-        norm = optax.global_norm(grads)
+        norm = optax.tree.norm(grads)
         return norm, jnp.minimum(1.0, switches.clip / jnp.maximum(norm, 1e-12))
 
     def _measure(self, params, switches, batch):

@@ -291,7 +291,7 @@ def make_learner_step(
     def step(params, opt_state, batch: LossBatch):
         grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch)
         grads = jax.lax.pmean(grads, axis_name)
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         deltas, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, deltas), opt_state, grad_norm, metrics
 

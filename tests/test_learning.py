@@ -538,3 +538,33 @@ def test_weight_decay_spares_only_the_consistency_heads():
                     assert moved > 0.0, (optimizer_name, module, name)
                     assert float(jnp.sum(jnp.abs(new[module][name]))) < float(
                         jnp.sum(jnp.abs(value)))
+
+
+def test_learner_step_reports_the_global_gradient_norm_of_the_step_it_takes():
+    """`make_learner_step` on one device: the reported norm is the L2 norm over
+    every leaf of the gradient, and SGD moves the parameters by -lr times it
+    (a least-squares loss whose gradient is written out by hand in numpy)."""
+    import optax
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from muzero_jax.learning import AXIS, make_learner_step
+
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    params = {"w": np.array([1.0, -2.0, 3.0], np.float32), "b": np.float32(0.5)}
+
+    def loss_fn(p, batch):
+        return jnp.mean((batch @ p["w"] + p["b"]) ** 2), {}
+
+    step = make_learner_step(loss_fn, optax.sgd(0.1))
+    run = jax.jit(jax.shard_map(lambda p, o, b: step(p, o, b)[:3],
+                                mesh=Mesh(np.asarray(jax.devices()[:1]), (AXIS,)),
+                                in_specs=(P(), P(), P(AXIS)), out_specs=(P(), P(), P()),
+                                check_vma=False))
+    new, _, norm = run(params, optax.sgd(0.1).init(params), x)
+    residual = x.astype(np.float64) @ params["w"] + params["b"]
+    grad_w, grad_b = 2 * (residual[:, None] * x).mean(0), 2 * residual.mean()
+    np.testing.assert_allclose(float(norm), np.sqrt(np.sum(grad_w ** 2) + grad_b ** 2),
+                               rtol=1e-5)
+    np.testing.assert_allclose(new["w"], params["w"] - 0.1 * grad_w, rtol=1e-5)
+    np.testing.assert_allclose(float(new["b"]), params["b"] - 0.1 * grad_b, rtol=1e-5)
