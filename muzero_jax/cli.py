@@ -267,25 +267,50 @@ def _tyro_parse(cls, default, argv: list[str], prog: str):
 
 
 def _box_message(text: str) -> str:
-    """The title and first message of a tyro error box, on one line."""
-    lines = []
-    for raw in text.splitlines():
-        line = raw.strip().strip("│╭╮╰╯").strip()
-        if not line or set(line) <= set("─━ "):
-            if lines and not line:
-                continue
-            if lines and len(lines) > 1:
-                break
-            continue
+    """The title and first message of a tyro error box, on one line.
+
+    When the box shows the option's usage (its "Argument helptext", e.g.
+    `--temperature-schedule [FLOAT FLOAT [FLOAT FLOAT ...]]`), that usage
+    ends the line, so a value of the wrong shape says which shape is wanted.
+    tyro draws the box with Unicode lines on a UTF-8 console and with
+    ASCII dashes otherwise (e.g. `LANG=C`); both read the same here.
+    """
+    lines = _box_lines(text)
+    title, body = None, []
+    for line in lines:
         if line.startswith("For full helptext"):
             break
-        lines.append(line.strip("─ ").strip())
-    if not lines:
+        if not line:
+            continue
+        if _is_rule(line):
+            if body:
+                break
+            continue
+        if title is None:
+            title = line.strip("─- ").strip()
+        else:
+            body.append(line)
+    if title is None:
         return "bad command line"
-    title, body = lines[0], " ".join(lines[1:])
-    if body.lower().startswith(title.lower()) or title.lower() == "value error":
-        return body
-    return f"{title.lower()}: {body}" if body else title
+    message = " ".join(body)
+    if message.lower().startswith(title.lower()) or title.lower() == "value error":
+        message = message or title
+    elif message:
+        message = f"{title.lower()}: {message}"
+    else:
+        message = title
+    usage = next((lines[i + 1] for i, line in enumerate(lines[:-1])
+                  if line == "Argument helptext:" and lines[i + 1].startswith("-")), None)
+    return f"{message} (usage: {usage})" if usage else message
+
+
+def _box_lines(text: str) -> list[str]:
+    """A tyro error box's lines without its borders or indentation."""
+    return [raw.strip().strip("│╭╮╰╯|+").strip() for raw in text.splitlines()]
+
+
+def _is_rule(line: str) -> bool:
+    return set(line) <= set("─━-+ ")
 
 
 def _option(argv: list[str], name: str) -> str | None:

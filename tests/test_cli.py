@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from muzero_jax.cli import main
+from muzero_jax.cli import _box_message, main
 from muzero_jax.config import Config
 
 TINY_ARGS = [
@@ -32,7 +32,9 @@ TINY_ARGS = [
         (["train", "--env", "catch", "--search", "no_such_mod:fn"], "does not import"),
         (["train", "--env", "catch", "--search", "nope"], "unknown search 'nope'"),
         (["train", "--env", "catch", "--bogus", "1"], "--bogus"),
-        (["train", "--env", "catch", "--num-envs", "abc"], "--num-envs"),
+        (["train", "--env", "catch", "--num-envs", "abc"], "(usage: --num-envs INT)"),
+        (["train", "--env", "catch", "--temperature-schedule", "1.0"],
+         "['1.0'] (usage: --temperature-schedule [FLOAT FLOAT [FLOAT FLOAT ...]])"),
         (["train", "--env", "catch", "--num-envs", "63"], "whole number"),
         (["train", "--resume", "/nonexistent/run"], "no run there"),
         (["eval", "--logdir", "/nonexistent/run"], "not a directory"),
@@ -46,6 +48,52 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys):
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+UNICODE_BOX = """\
+╭─ Value error ──────────────────────────────────╮
+│ Error parsing --num-envs: invalid literal for  │
+│ int() with base 10: 'abc'                      │
+│ ────────────────────────────────────────────── │
+│ Argument helptext:                             │
+│     --num-envs INT                             │
+│     environments stepped in parallel.          │
+│ ────────────────────────────────────────────── │
+│ For full helptext, see muzero-jax train --help │
+╰────────────────────────────────────────────────╯
+"""
+ASCII_BOX = """\
+ Value error
+ ------------------------------------------------
+  Error parsing --num-envs: invalid literal for
+  int() with base 10: 'abc'
+  ------------------------------------------------
+  Argument helptext:
+      --num-envs INT
+      environments stepped in parallel.
+  ------------------------------------------------
+  For full helptext, see muzero-jax train --help
+"""
+
+
+UNRECOGNISED_BOX = """\
+╭─ Unrecognized options ──────────────────╮
+│ Unrecognized options: --no-such-flag, 1 │
+│ ─────────────────────────────────────── │
+│ For full helptext, run x --help         │
+╰─────────────────────────────────────────╯
+"""
+NUM_ENVS_MESSAGE = ("Error parsing --num-envs: invalid literal for int() with base 10: 'abc'"
+                    " (usage: --num-envs INT)")
+
+
+@pytest.mark.parametrize("box,message", [
+    (UNICODE_BOX, NUM_ENVS_MESSAGE),
+    (ASCII_BOX, NUM_ENVS_MESSAGE),
+    (UNRECOGNISED_BOX, "Unrecognized options: --no-such-flag, 1"),
+], ids=["unicode", "ascii", "no-usage"])
+def test_tyro_error_boxes_become_one_line_with_the_options_usage(box, message):
+    assert _box_message(box) == message
 
 
 def test_existing_run_is_not_overwritten(tmp_path, capsys):
