@@ -198,14 +198,16 @@ def test_e2e_counts_environment_steps(tmp_path):
         (["e2e", "--solve-seeds", "x"], "seeds >= 0"),
         (["e2e", "--max-seconds", "0"], "--max-seconds must be > 0"),
         (["e2e", "--cpu-devices", "0"], "must be >= 1"),
-        (["search", "--actions", "x"], None),
+        (["search", "--actions", "x"],
+         "muzero-jax bench search: argument --actions: expected comma-separated integers >= 1,"
+         " got 'x'"),
+        (["search", "--bogus"], "muzero-jax bench search: unrecognized arguments: --bogus"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
     assert bench.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    if message is not None:
-        assert len(err) == 1 and message in err[0], err
+    assert len(err) == 1 and message in err[0], err
 
 
 def test_unroll_compares_compute_dtypes(tmp_path):

@@ -314,7 +314,8 @@ def test_bench_search_rejects_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as info:
         bench.main(argv)
     assert info.value.code == 2
-    assert "error:" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m muzero_jax.bench.search: "), err
 
 
 def test_module_attr_resolves_from_the_working_directory(tmp_path, monkeypatch):

@@ -355,8 +355,9 @@ def _write(rows: list[dict[str, Any]], path: str | None, argv: Sequence[str]) ->
     if path is None:
         return
     from muzero_jax.bench.search import machine_info
+    from muzero_jax.files import atomic_path
 
-    with open(path, "w") as f:
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
         json.dump({"machine": machine_info(), "argv": list(argv), "rows": rows}, f, indent=2)
 
 
@@ -367,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from muzero_jax.bench import search
 
         try:
-            code = search.main(argv[1:])
+            code = search.main(argv[1:], prog=f"{_PROG} search")
         except SystemExit as e:  # argparse inside: 2 on bad flags, 0 on --help
             return int(e.code or 0)
         return code if isinstance(code, int) else 0

@@ -37,13 +37,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
 import mctx
 import numpy as np
 
+from muzero_jax.files import atomic_path
 from muzero_jax.puct import muzero_paper_policy, puct_policy
 
 __all__ = [
@@ -443,25 +444,36 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def _int_list(text: str) -> list[int]:
-    values = [int(item) for item in text.split(",") if item.strip()]
+    try:
+        values = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        values = []
     if not values or min(values) < 1:
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
     return values
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr (exit code 2), without the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def main(argv: Sequence[str] | None = None,
+         prog: str = "python -m muzero_jax.bench.search") -> int:
     """Command line entry point: prints the table, optionally writes JSON.
 
     Args:
         argv: the arguments (without the program name); `None` reads `sys.argv`.
+        prog: the command's name in help and error messages (`muzero-jax bench
+            search` when reached through `muzero-jax bench`).
 
     Returns:
-        The exit code, 0. Bad arguments exit with code 2 and one message on
-        stderr (argparse), before anything is compiled.
+        The exit code, 0. Bad arguments exit with code 2 and one line on
+        stderr, before anything is compiled.
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m muzero_jax.bench.search", description=__doc__.split("\n\n")[0]
-    )
+    parser = _OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--actions", type=_int_list, default=[2, 4, 9], help="e.g. 2,4,9")
     parser.add_argument("--batch", type=_int_list, default=[1, 16, 256], help="e.g. 1,16,256")
     parser.add_argument("--simulations", type=_int_list, default=[16, 50], help="e.g. 16,50")
@@ -512,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(markdown_table(rows), flush=True)
     if args.json:
         command = sys.argv[1:] if argv is None else list(argv)
-        with open(args.json, "w") as handle:
+        with atomic_path(args.json) as tmp, open(tmp, "w") as handle:
             json.dump({"machine": info, "argv": command, "rows": rows}, handle, indent=2)
     return 0
 
