@@ -272,8 +272,9 @@ def _box_message(text: str) -> str:
     When the box shows the option's usage (its "Argument helptext", e.g.
     `--temperature-schedule [FLOAT FLOAT [FLOAT FLOAT ...]]`), that usage
     ends the line, so a value of the wrong shape says which shape is wanted.
-    tyro draws the box with Unicode lines on a UTF-8 console and with
-    ASCII dashes otherwise (e.g. `LANG=C`); both read the same here.
+    tyro draws the box with Unicode lines, or with ASCII dashes when the
+    output's encoding is not UTF-8 (e.g. `PYTHONIOENCODING=ascii`, or under
+    pytest's capture); both read the same here.
     """
     lines = _box_lines(text)
     title, body = None, []
