@@ -183,7 +183,8 @@ PRESETS: dict[str, Config] = {
         # where 256 won 0.835 / 0.785 on the same machine (0.905 / 0.835 on
         # 2026-11-28); ~1.26x the time per iteration, and near equal time
         # 0.9275 / 0.835; held-out seed 8 in 30 minutes alone 0.905 / 0.85
-        # against 256's 0.885 / 0.835 (README, Board games).
+        # against 256's 0.885 / 0.835; eight seeds in that design 0.911 /
+        # 0.821 (README, Board games).
         mlp=MLPConfig(hidden_sizes=(384, 384), latent_size=128, head_hidden_sizes=(128,),
                       conv_channels=32),
         num_simulations=16,
