@@ -62,6 +62,12 @@ class Config:
       value_support_size: half-width of the categorical value support
         (2 * size + 1 bins over the h-transformed value).
       reward_support_size: half-width of the categorical reward support.
+      support_transform: squash values and rewards with MuZero's h transform
+        before projecting them onto their supports (the paper's choice, for
+        Atari's unbounded returns). False makes both supports linear: bins at
+        the integers of the raw scalar, so a game whose values lie in
+        [-1, 1] can use `value_support_size` 1, a win/draw/loss head whose
+        expectation is P(win) - P(loss).
       discount: the environment discount gamma.
       num_unroll_steps: K, the steps the model is unrolled in the loss.
       td_steps: n, the steps of the n-step value target.
@@ -312,6 +318,7 @@ class Config:
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
     value_support_size: int = 10
     reward_support_size: int = 5
+    support_transform: bool = True
     discount: float = 0.997
     num_unroll_steps: int = 5
     td_steps: int = 10

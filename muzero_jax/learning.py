@@ -301,7 +301,11 @@ def make_learner_step(
 def _check_supports(config: Config, env: Environment, value_support, reward_support) -> None:
     max_reward = max(abs(r) for r in env.reward_range)
     reward_support.check_range(max_reward, name="reward")
-    if config.discount < 1.0:
+    if env.terminal_rewards_only:
+        # One reward per episode, discounted by at most 1 (its sign flipped
+        # between plies in two-player games): no return exceeds it.
+        horizon = 1.0
+    elif config.discount < 1.0:
         horizon = 1.0 / (1.0 - config.discount)
         if env.max_episode_steps is not None:
             horizon = min(horizon, float(env.max_episode_steps))
@@ -534,8 +538,10 @@ def make_train(
     two_player = env.num_players == 2
     signed_discount = -config.discount if two_player else config.discount
 
-    value_support = make_support(config.value_support_size)
-    reward_support = make_support(config.reward_support_size)
+    value_support = make_support(config.value_support_size,
+                                 use_transform=config.support_transform)
+    reward_support = make_support(config.reward_support_size,
+                                  use_transform=config.support_transform)
     _check_supports(config, env, value_support, reward_support)
     net_cfg = config.mlp if config.network == "mlp" else config.resnet
     networks = make_networks(

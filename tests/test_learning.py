@@ -346,6 +346,35 @@ def test_decoded_model_evaluation_searches_the_decoded_boards():
         make_train(preset("cartpole", reconstruction_loss_weight=1.0, search_model="decoded"))
 
 
+def test_value_support_sized_by_terminal_rewards_and_linear_on_request():
+    from muzero_jax.envs import make_env
+    from muzero_jax.learning import _check_supports
+    from muzero_jax.value_transforms import make_support
+
+    # Connect Four rewards only a game's end, so a value never exceeds 1 and a
+    # linear support of half-width 1 (win / draw / loss) is enough.
+    config = preset("connect_four", support_transform=False, value_support_size=1,
+                    reward_support_size=1)
+    trainer = make_train(config)
+    for support in (trainer.value_support, trainer.reward_support):
+        assert support.num_bins == 3 and not support.use_transform
+    logits = jnp.log(jnp.array([0.1, 0.2, 0.7]))
+    np.testing.assert_allclose(trainer.value_support.logits_to_scalar(logits), 0.6, atol=1e-5)
+    # Without that promise the bound is the reward times the 42-ply horizon:
+    # h(42) = sqrt(43) - 1 + 0.042 ~ 5.6 bins transformed, 42 linear.
+    env = dataclasses.replace(make_env("connect_four"), terminal_rewards_only=False)
+    for transform, needed in ((True, 6), (False, 42)):
+        with pytest.raises(ValueError, match=f"use support_size >= {needed}$"):
+            _check_supports(config, env, make_support(needed - 1, use_transform=transform),
+                            make_support(1, use_transform=transform))
+        _check_supports(config, env, make_support(needed, use_transform=transform),
+                        make_support(1, use_transform=transform))
+    # Catch keeps the horizon bound (no promise made): one bin is refused
+    # before anything is built.
+    with pytest.raises(ValueError, match="value support_size=1 covers"):
+        make_train(preset("catch", support_transform=False, value_support_size=1))
+
+
 def test_train_compiles_iteration_and_evaluation_once(caplog):
     # train() compiles the iteration and the evaluation in background threads
     # from the state's shapes while init runs; the first calls must find those

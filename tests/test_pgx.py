@@ -80,6 +80,7 @@ def test_connect_four_vertical_win_and_vmap_scan():
     assert last.any(axis=0).all()  # every game ends within 42 plies
     assert set(np.unique(reward[last])) <= {-1.0, 0.0, 1.0}
     assert np.all(reward[~last] == 0.0)
+    assert env.terminal_rewards_only  # what the value support's sizing relies on
 
 
 def test_go_smoke():

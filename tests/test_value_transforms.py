@@ -47,6 +47,24 @@ class SupportTest(chex.TestCase):
             atol=1e-4,
         )
 
+    def test_linear_unit_support_is_a_win_draw_loss_head(self):
+        # Bins at -1, 0, +1 of the raw value: a win, a draw and a loss are
+        # one-hot, and the expectation of any distribution is P(win) - P(loss).
+        support = make_support(1, use_transform=False)
+        assert support.num_bins == 3 and support.max_value == 1.0
+        np.testing.assert_allclose(support.scalar_to_probs(jnp.array([1.0, 0.0, -1.0, 0.5])),
+                                   [[0, 0, 1], [0, 1, 0], [1, 0, 0], [0, 0.5, 0.5]], atol=1e-4)
+        probs = jnp.array([[0.2, 0.1, 0.7], [0.6, 0.4, 0.0]])
+        np.testing.assert_allclose(support.probs_to_scalar(probs), [0.5, -0.6], atol=1e-6)
+        # The transformed support of the same width turns a 3:1 win:loss mix
+        # into h^-1(E[h]) = h^-1(0.5 h(1)) ~ 0.458, short of its mean 0.5.
+        squashed = make_support(1)
+        mix = 0.75 * squashed.scalar_to_probs(1.0) + 0.25 * squashed.scalar_to_probs(-1.0)
+        half_h1 = 0.5 * (2 ** 0.5 - 1 + 1e-3)
+        value = np.asarray(squashed.probs_to_scalar(mix)).item()
+        np.testing.assert_allclose(value, np.asarray(h_inverse(half_h1)).item(), rtol=1e-4)
+        assert value < 0.46
+
     def test_paper_atari_support(self):
         support = make_support(300)
         assert support.num_bins == 601

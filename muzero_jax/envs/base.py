@@ -81,6 +81,10 @@ class Environment:
       binary_observation: every element of every observation is 0 or 1 (board
         planes, Catch's grid), so a decoded observation can be rounded back
         onto the observations' own values (`search.make_decoded_recurrent_fn`).
+      terminal_rewards_only: every reward but the one of an episode's last
+        step is 0 (board games), so no value exceeds the largest |reward|;
+        the value support is then checked against that instead of the
+        largest reward times the horizon.
     """
 
     name: str
@@ -93,6 +97,7 @@ class Environment:
     reward_range: tuple[float, float] = (-1.0, 1.0)
     symmetries: Symmetries | None = None
     binary_observation: bool = False
+    terminal_rewards_only: bool = False
 
 
 def make_timestep(

@@ -159,6 +159,8 @@ def make_pgx(game: str, *, min_plies_before_pass: int = 0,
         step=auto_reset(reset, step),
         reward_range=(-1.0, 1.0),
         binary_observation=True,
+        # pgx rewards a game only when it ends (the score margin included).
+        terminal_rewards_only=True,
         symmetries=game_symmetries(game, tuple(env.observation_shape)),
     )
 
