@@ -60,7 +60,8 @@ class Config:
         TPUs, whose matrix units run bfloat16 several times faster; on CPU
         it is slower.
       value_support_size: half-width of the categorical value support
-        (2 * size + 1 bins over the h-transformed value).
+        (2 * size + 1 bins over the h-transformed value, or over the raw
+        value without `support_transform`).
       reward_support_size: half-width of the categorical reward support.
       support_transform: squash values and rewards with MuZero's h transform
         before projecting them onto their supports (the paper's choice, for
