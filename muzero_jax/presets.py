@@ -130,9 +130,9 @@ PRESETS: dict[str, Config] = {
         env="connect_four",
         discount=1.0,
         num_unroll_steps=5,
-        # Weighted 0.5, three seeds lost from both seats (0.867 / 0.778 of 200
-        # games per seat against the same-day preset's 0.928 / 0.858); 2 lost
-        # in two seeds of the 256-wide preset (README, Board games).
+        # Weighted 0.5, three seeds lost from both seats against MCTS-200
+        # (0.867 / 0.778 as first / second player, the same-day preset 0.928 /
+        # 0.858); 2 lost in two seeds of the 256-wide preset (README).
         value_loss_weight=1.0,
         # The only reward is the winning move (~4 % of rows): weighting it and
         # a conv stem took 0.37 -> ~0.6 of immediate wins (README).
