@@ -187,9 +187,9 @@ PRESETS: dict[str, Config] = {
         # 2026-11-28); ~1.26x the time per iteration, and near equal time
         # 0.9275 / 0.835; held-out seed 8 in 30 minutes alone 0.905 / 0.85
         # against 256's 0.885 / 0.835; eight seeds in that design 0.911 /
-        # 0.821 (README, Board games). A 192-wide latent won 0.945 / 0.873 on
-        # seeds 12-14 against the same-day preset's 0.928 / 0.858, not higher in
-        # every seed: kept at 128 until more seeds settle it (README).
+        # 0.821 (README, Board games). A 192-wide latent won 0.929 / 0.886 on
+        # seeds 12-16 against the same-day preset's 0.930 / 0.866, lower as
+        # first player in three seeds: it stays 128 (README).
         mlp=MLPConfig(hidden_sizes=(384, 384), latent_size=128, head_hidden_sizes=(128,),
                       conv_channels=32),
         num_simulations=16,
