@@ -172,6 +172,8 @@ PRESETS: dict[str, Config] = {
         # updates; the target network is otherwise unused here, as values
         # bootstrap from the search): +0.02 to +0.09 of 200 games (+0.065 on
         # average) in both seeds and both evaluation seeds tried (README).
+        # 0.0003 gained nothing; 0.002 lost 0.015 / 0.020 on seeds 15, 16
+        # beside same-day preset runs (README).
         target_ema=0.001,
         eval_weights="target",
         # Evaluating with the networks averaged over the board and its mirror
