@@ -200,7 +200,7 @@ PRESETS: dict[str, Config] = {
                       conv_channels=32),
         # 8 won 0.935 / 0.8575 on seeds 15, 16 in 30 minutes (1.19x the
         # iterations) against the same-day preset's 0.9325 / 0.8775; 32 cost
-        # ~1.8x the time per iteration (README).
+        # ~1.8x the time per iteration with the 256-wide torsos (README).
         num_simulations=16,
         eval_num_simulations=128,
         search_kwargs='{"gumbel_scale": 0.0}',
