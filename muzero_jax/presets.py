@@ -147,7 +147,8 @@ PRESETS: dict[str, Config] = {
         # 0.65 and 0.615 of 400 games against MCTS-200, where the preset's
         # same seeds won 0.71 and 0.86 (README). Weighted 4, seeds 15, 16
         # won 0.885 / 0.865 in 30 minutes against the same-day preset's
-        # 0.9325 / 0.8775 (README).
+        # 0.9325 / 0.8775; weighted 1, seed 15 won 0.935 / 0.855 against
+        # 0.93 / 0.885 (README).
         consistency_loss_weight=2.0,
         # Reward labels on every move (from pgx while acting) for the first
         # two unroll positions, and the left-right mirror: in two seeds more
