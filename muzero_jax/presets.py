@@ -199,6 +199,8 @@ PRESETS: dict[str, Config] = {
         # 0.821 (README, Board games). A 192-wide latent won 0.929 / 0.886 on
         # seeds 12-16 against the same-day preset's 0.930 / 0.866, lower as
         # first player in three seeds: it stays 128 (README).
+        # Heads (and decoder) 256 wide won 0.93 / 0.875 on seed 15 at 0.91x
+        # the iterations against the same-day preset's 0.93 / 0.885 (README).
         mlp=MLPConfig(hidden_sizes=(384, 384), latent_size=128, head_hidden_sizes=(128,),
                       conv_channels=32),
         # 8 won 0.935 / 0.8575 on seeds 15, 16 in 30 minutes (1.19x the
