@@ -207,7 +207,7 @@ PRESETS: dict[str, Config] = {
         # the iterations against the same-day preset's 0.93 / 0.885 (README).
         # Three layers of 256 won 0.93 / 0.76 on seed 15 at 1.14x the
         # iterations (README).
-        # On an Intel Xeon (~1.24x the iterations of the AMD EPYC behind the
+        # On an Intel Xeon (~1.22x the iterations of the AMD EPYC behind the
         # runs above in 30 minutes) seeds 15-17 won 0.925 / 0.84 (README).
         mlp=MLPConfig(hidden_sizes=(384, 384), latent_size=128, head_hidden_sizes=(128,),
                       conv_channels=32),
