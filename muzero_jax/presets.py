@@ -202,7 +202,9 @@ PRESETS: dict[str, Config] = {
         # against 256's 0.885 / 0.835; eight seeds in that design 0.911 /
         # 0.821 (README, Board games). A 192-wide latent won 0.929 / 0.886 on
         # seeds 12-16 against the same-day preset's 0.930 / 0.866, lower as
-        # first player in three seeds: it stays 128 (README).
+        # first player in three seeds; with seeds 17, 18 on an Intel Xeon,
+        # 0.918 / 0.877 against 0.933 / 0.854: it trades the first seat for
+        # the second within the seed spread, so it stays 128 (README).
         # Heads (and decoder) 256 wide won 0.93 / 0.875 on seed 15 at 0.91x
         # the iterations against the same-day preset's 0.93 / 0.885 (README).
         # Three layers of 256 won 0.93 / 0.76 on seed 15 at 1.14x the
