@@ -160,7 +160,8 @@ PRESETS: dict[str, Config] = {
         # won 0.935 / 0.82 on seed 15 in 30 minutes against the same-day
         # preset's 0.93 / 0.885 (README). Weighted 20 instead of 10, seeds
         # 15, 16 won 0.91 / 0.8325 on an Intel Xeon against that machine's
-        # preset runs' 0.9175 / 0.86 (README).
+        # preset runs' 0.9175 / 0.86, and weighted 5 0.8925 / 0.8125
+        # (README).
         action_reward_loss_weight=10.0,
         action_reward_steps=2,
         # ...on 64 of each update's 256 sequences: at equal wall time on the
