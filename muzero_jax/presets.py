@@ -231,6 +231,9 @@ PRESETS: dict[str, Config] = {
         # against MCTS-200 where search values 5 plies on won 0.84 / 0.81,
         # and two seeds held their gain at equal time (0.95x the iterations,
         # for the longer sequences). 3 plies won 0.81 / 0.78 (README).
+        # Averaging it with the stored search value (search_value_mix 0.5)
+        # won 0.9275 / 0.85 on seeds 15, 16 on an Intel Xeon against that
+        # machine's preset runs' 0.9175 / 0.86 (README).
         td_steps=42,
         # 128 environments with 2,000 replay steps each (the same buffer
         # rows and updates per env step, the acting weights refreshed twice
