@@ -221,7 +221,8 @@ PRESETS: dict[str, Config] = {
         # The stem's kernel 5 x 5 since 2026-12-06 (4 x 4 before): on the Intel
         # Xeon seeds 15-18 won 0.951 / 0.88 in 30 minutes at 0.70x the
         # iterations, against the 4 x 4 preset's 0.929 / 0.841, higher as
-        # second player in all four seeds (README).
+        # second player in all four seeds (README). Held-out seeds 19-21 won
+        # 0.94 / 0.862; the seven runs 0.946 / 0.872 (README).
         mlp=MLPConfig(hidden_sizes=(384, 384), latent_size=128, head_hidden_sizes=(128,),
                       conv_channels=32, conv_kernel=5),
         # 8 won 0.935 / 0.8575 on seeds 15, 16 in 30 minutes (1.19x the
