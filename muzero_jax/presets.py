@@ -223,6 +223,8 @@ PRESETS: dict[str, Config] = {
         # iterations, against the 4 x 4 preset's 0.929 / 0.841, higher as
         # second player in all four seeds (README). Held-out seeds 19-21 won
         # 0.94 / 0.862; the seven runs 0.946 / 0.872 (README).
+        # A 6 x 6 kernel won 0.945 / 0.889 on seeds 15-18 against
+        # 0.951 / 0.88: the seats trade within noise (README).
         mlp=MLPConfig(hidden_sizes=(384, 384), latent_size=128, head_hidden_sizes=(128,),
                       conv_channels=32, conv_kernel=5),
         # 8 won 0.935 / 0.8575 on seeds 15, 16 in 30 minutes (1.19x the
