@@ -89,6 +89,12 @@ class MLPConfig:
         stem for board games (e.g. lines of four in Connect Four), leaving
         dynamics and prediction fully connected. 0: flatten the observation.
       conv_kernel: the stem's kernel size.
+      conv_layers: how many convolutions the stem stacks: the first is
+        `conv_kernel` x `conv_kernel` over the board, each further one 3 x 3
+        over the previous one's planes (SAME padding, `conv_channels` planes,
+        then the activation), so later planes combine the first layer's
+        local patterns (e.g. a line of three and the empty cell that
+        completes it). Needs `conv_channels` > 0 when above 1.
       per_action_outputs: the dynamics' two output layers (the next hidden
         state and the reward logits) hold one set of weights per action, and
         the action taken picks its set, so the action acts multiplicatively on
@@ -106,11 +112,17 @@ class MLPConfig:
     reward_input: str = "torso"
     conv_channels: int = 0
     conv_kernel: int = 4
+    conv_layers: int = 1
     per_action_outputs: bool = False
 
     def __post_init__(self):
         _check_positive("conv_channels", self.conv_channels, allow_zero=True)
         _check_positive("conv_kernel", self.conv_kernel)
+        _check_positive("conv_layers", self.conv_layers)
+        if self.conv_layers > 1 and not self.conv_channels:
+            raise ValueError(
+                f"conv_layers {self.conv_layers} needs conv_channels > 0 (the stem's planes)"
+            )
         if self.reward_input not in ("torso", "latent"):
             raise ValueError(
                 f"reward_input must be 'torso' or 'latent', got {self.reward_input!r}"
@@ -386,6 +398,8 @@ def _build_mlp(cfg: MLPConfig, num_actions: int, value_bins: int, reward_bins: i
             # A constant plane marks the board inside the zero padding.
             x = jnp.concatenate([x, jnp.ones(x.shape[:3] + (1,), x.dtype)], axis=-1)
             obs = act(_Conv2D(cfg.conv_channels, cfg.conv_kernel, name="representation_conv")(x))
+            for i in range(1, cfg.conv_layers):
+                obs = act(_Conv2D(cfg.conv_channels, 3, name=f"representation_conv_{i}")(obs))
         x = obs.reshape(obs.shape[0], -1)
         x = _mlp(cfg.hidden_sizes, act, cfg.layer_norm, "representation")(x)
         x = hk.Linear(cfg.latent_size, name="representation_out")(x)

@@ -244,7 +244,7 @@ def test_checkpoint_from_before_new_config_fields_still_loads(resumed_runs, tmp_
         data = config_to_dict(cfg)
         data.pop("exploration_plies")
         data.pop("reward_loss_weight")
-        for name in ("conv_channels", "conv_kernel"):
+        for name in ("conv_channels", "conv_kernel", "conv_layers"):
             data["mlp"].pop(name)
         return data
 

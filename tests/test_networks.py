@@ -155,6 +155,48 @@ def test_mlp_conv_stem_by_hand():
         MLPConfig(conv_kernel=0)
 
 
+def test_mlp_two_layer_conv_stem_by_hand():
+    # conv_layers 2: a 2 x 2 convolution (2 planes) over a [3, 4, 1] board and
+    # its constant plane, then a 3 x 3 one over those 2 planes, each with ReLU;
+    #   conv 2*2*2*2 + 2 = 18; conv_1 3*3*2*2 + 2 = 38.
+    cfg = MLPConfig(hidden_sizes=(5,), latent_size=3, head_hidden_sizes=(),
+                    layer_norm=False, conv_channels=2, conv_kernel=2, conv_layers=2)
+    nets = make_networks(cfg, num_actions=2, value_bins=3, reward_bins=3)
+    obs = jax.random.bernoulli(jax.random.key(3), 0.5, (2, 3, 4)).astype(jnp.float32)
+    params = nets.init(jax.random.key(4), obs)
+    assert params["representation_conv"]["w"].shape == (2, 2, 2, 2)
+    assert params["representation_conv_1"]["w"].shape == (3, 3, 2, 2)
+    assert "representation_conv_2" not in params
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(5), len(leaves))
+    params = jax.tree.unflatten(tree, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+    board = np.stack([np.asarray(obs), np.ones((2, 3, 4))], axis=-1)
+
+    def conv_by_hand(x, w, b):
+        # SAME for stride 1: kernel k pads (k - 1) // 2 before, k // 2 after.
+        k = w.shape[0]
+        lo, hi = (k - 1) // 2, k // 2
+        x = np.pad(x, ((0, 0), (lo, hi), (lo, hi), (0, 0)))
+        out = np.zeros((2, 3, 4, w.shape[-1]))
+        for i in range(3):
+            for j in range(4):
+                out[:, i, j] = np.einsum("bhwc,hwco->bo", x[:, i:i + k, j:j + k], w)
+        return np.maximum(out + b, 0.0)
+
+    p = {k: {n: np.asarray(v, np.float64) for n, v in d.items()} for k, d in params.items()}
+    y = conv_by_hand(board, p["representation_conv"]["w"], p["representation_conv"]["b"])
+    y = conv_by_hand(y, p["representation_conv_1"]["w"], p["representation_conv_1"]["b"])
+    lin0, out = p["representation_linear_0"], p["representation_out"]
+    y = np.maximum(y.reshape(2, -1) @ lin0["w"] + lin0["b"], 0.0) @ out["w"] + out["b"]
+    np.testing.assert_allclose(nets.representation(params, obs),
+                               min_max_normalize(jnp.asarray(y, jnp.float32)),
+                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="conv_layers"):
+        MLPConfig(conv_channels=2, conv_layers=0)
+    with pytest.raises(ValueError, match="conv_channels > 0"):
+        MLPConfig(conv_layers=2)
+
+
 def test_per_action_outputs_by_hand():
     # A=3, latent 4, torso (6,), no head hidden layers, reward bins 2: the
     # output layers have 3 column blocks, one per action.
