@@ -229,6 +229,9 @@ PRESETS: dict[str, Config] = {
         # session's preset's 0.943 / 0.823: one seed each way (README).
         # Two stem layers (conv_layers 2: a 3 x 3 convolution after the
         # 5 x 5) won 0.912 / 0.872 on seeds 15-17 against 0.947 / 0.872 (README).
+        # On an AMD EPYC (0.71-0.90x the 4 x 4 stem's iterations there) seeds
+        # 15, 16, 14 won 0.905 / 0.867 against the 4 x 4 preset's 0.932 / 0.867
+        # on the same machine: neutral there (README).
         mlp=MLPConfig(hidden_sizes=(384, 384), latent_size=128, head_hidden_sizes=(128,),
                       conv_channels=32, conv_kernel=5),
         # 8 won 0.935 / 0.8575 on seeds 15, 16 in 30 minutes (1.19x the
