@@ -274,7 +274,8 @@ PRESETS: dict[str, Config] = {
         # The gradient-norm clip stays the default 5: it binds early (the
         # mean norm before clipping is ~11 over the first 100 iterations);
         # at 20, seeds 15, 16, 14 won 0.833 / 0.728 on an AMD EPYC against
-        # the same day's preset runs' 0.905 / 0.867 (README).
+        # the same day's preset runs' 0.905 / 0.867, and at 2.5 seeds 15, 16
+        # won 0.767 / 0.740 against 0.890 / 0.847 (README).
         max_grad_norm=5.0,
         # Schedules sized for ~2,700 env steps/s (the MLP without the conv
         # stem); with the stem, the consistency loss and the every-move
