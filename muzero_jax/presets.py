@@ -209,7 +209,9 @@ PRESETS: dict[str, Config] = {
         # seeds 12-16 against the same-day preset's 0.930 / 0.866, lower as
         # first player in three seeds; with seeds 17, 18 on an Intel Xeon,
         # 0.918 / 0.877 against 0.933 / 0.854: it trades the first seat for
-        # the second within the seed spread, so it stays 128 (README).
+        # the second within the seed spread, so it stays 128 (README). With
+        # the 5 x 5 stem, seed 15 on an AMD EPYC won 0.835 / 0.79 against
+        # that machine's preset runs' 0.905 / 0.87 and 0.895 / 0.845 (README).
         # Heads (and decoder) 256 wide won 0.93 / 0.875 on seed 15 at 0.91x
         # the iterations against the same-day preset's 0.93 / 0.885 (README).
         # Three layers of 256 won 0.93 / 0.76 on seed 15 at 1.14x the
