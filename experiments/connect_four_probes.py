@@ -26,7 +26,11 @@ opponent win at once is refuted on its first visit, whatever the prior of
 the winning reply. The learned model's rewards only, no rule of the game.
 
     python experiments/connect_four_probes.py --reply-detection RUN
-    python experiments/connect_four_probes.py --win-lookahead RUN --seed 1 --episodes 100
+    python experiments/connect_four_probes.py --win-lookahead RUN --seed 1 [--end-at-win]
+
+With `--end-at-win`, a step whose own predicted reward is above the
+threshold also ends the game in the search (discount 0 after it), so the
+model's imaginings past a win cannot undo it.
 """
 
 from __future__ import annotations
@@ -60,33 +64,22 @@ def _best_move_reward(networks, params, reward_support, hidden):
     return _every_move(networks, params, reward_support, hidden)[1].max(axis=1)
 
 
-def with_win_lookahead(recurrent_fn, networks, reward_support, threshold: float = 0.5):
-    """`recurrent_fn` whose nodes' values are at least their best move's
-    predicted reward, where that reward is above `threshold` (see the module
-    docstring for when that is a bound)."""
-
-    def wrapped(params, rng_key, action, embedding):
-        output, hidden = recurrent_fn(params, rng_key, action, embedding)
-        best = _best_move_reward(networks, params, reward_support, hidden)
-        value = jnp.where(best > threshold, jnp.maximum(output.value, best), output.value)
-        return output.replace(value=value), hidden
-
-    return wrapped
-
-
 def win_lookahead_eval(logdir: str, *, episodes: int, seed: int, threshold: float,
-                       opponent: str = "mcts") -> dict:
+                       opponent: str = "mcts", end_at_win: bool = False) -> dict:
     from muzero_jax import load_agent
     from muzero_jax.arena import evaluate_against
+    from muzero_jax.search import with_win_lookahead
 
-    agent = load_agent(logdir)
+    agent = load_agent(logdir, win_lookahead=False)
     if agent.model == "env":
         raise ValueError("the win lookahead is for a learned model; this run plans in the game")
     agent._recurrent_fn = with_win_lookahead(
-        agent._recurrent_fn, _search_networks(agent), agent.trainer.reward_support, threshold)
-    stats = evaluate_against(agent, opponent, num_games=episodes, rng_key=jax.random.key(seed))
+        agent._recurrent_fn, _search_networks(agent), agent.trainer.reward_support,
+        threshold=threshold, end_at_win=end_at_win)
+    stats = evaluate_against(agent, opponent, num_games=episodes, rng_key=jax.random.key(seed),
+                             tactics=True)
     row = {"run": logdir, "step": agent.step, "seed": seed, "threshold": threshold,
-           "model": agent.model, "weights": agent.weights,
+           "end_at_win": end_at_win, "model": agent.model, "weights": agent.weights,
            "symmetry_ensemble": agent.symmetry_ensemble, **stats}
     print(json.dumps(row))
     return row
@@ -97,7 +90,7 @@ def reply_detection(logdir: str) -> dict:
     from muzero_jax import load_agent
     from muzero_jax.envs.pgx import pgx_game
 
-    agent = load_agent(logdir)
+    agent = load_agent(logdir, win_lookahead=False)  # the plain model
     if agent.model == "env":
         raise ValueError("reply detection probes a learned model; this run plans in the game")
     networks, params = _search_networks(agent), agent.params
@@ -159,12 +152,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1, help="seed of the evaluation games")
     parser.add_argument("--threshold", type=float, default=0.5)
     parser.add_argument("--opponent", default="mcts")
+    parser.add_argument("--end-at-win", action="store_true",
+                        help="with --win-lookahead: a step predicted to win ends the game "
+                             "in the search (discount 0 after it)")
     args = parser.parse_args(argv)
     if args.reply_detection:
         reply_detection(args.reply_detection)
     else:
         win_lookahead_eval(args.win_lookahead, episodes=args.episodes, seed=args.seed,
-                           threshold=args.threshold, opponent=args.opponent)
+                           threshold=args.threshold, opponent=args.opponent,
+                           end_at_win=args.end_at_win)
 
 
 if __name__ == "__main__":

@@ -36,11 +36,13 @@ from muzero_jax.envs import Environment
 from muzero_jax.learning import Trainer, make_train
 from muzero_jax.search import (
     check_decoded_model,
+    check_win_lookahead,
     make_decoded_recurrent_fn,
     make_env_recurrent_fn,
     make_env_root_fn,
     make_recurrent_fn,
     make_root_fn,
+    with_win_lookahead,
 )
 from muzero_jax.symmetries import check_symmetry_ensemble, ensemble_networks
 
@@ -101,17 +103,33 @@ class Agent:
         with `env.symmetries`, e.g. Connect Four's mirror): S times the
         network cost, the same parameters. Default (None): the run's
         `config.eval_symmetry_ensemble`.
+      win_lookahead: the search reads the learned model's predicted rewards
+        as wins (`search.with_win_lookahead`: a node where the player to move
+        has a move predicted to win is worth at least that reward, and a
+        predicted win ends the game in the search); two-player games
+        rewarded only at their end. Default (None): the run's
+        `config.eval_win_lookahead`, for the learned and decoded models (the
+        game's own ends are exact with `model="env"`, which refuses it).
     """
 
     def __init__(self, config: Config, trainer: Trainer, params: Any, *, step: int = 0,
                  model: str | None = None, weights: str = "online",
-                 symmetry_ensemble: bool | None = None):
+                 symmetry_ensemble: bool | None = None, win_lookahead: bool | None = None):
         if symmetry_ensemble is None:
             symmetry_ensemble = config.eval_symmetry_ensemble
         if model is None:
             model = config.search_model
         if model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+        if win_lookahead is None:
+            win_lookahead = config.eval_win_lookahead and model != "env"
+        elif not isinstance(win_lookahead, bool):
+            raise ValueError(f"win_lookahead must be True, False or None, got {win_lookahead!r}")
+        elif win_lookahead and model == "env":
+            raise ValueError("the win lookahead reads a learned model's rewards; with "
+                             "model='env' the search plans in the game, whose ends are exact")
+        if win_lookahead:
+            check_win_lookahead(trainer.env)
         networks = trainer.networks
         if symmetry_ensemble:
             check_symmetry_ensemble(trainer.env)
@@ -124,6 +142,7 @@ class Agent:
         self.model = model
         self.weights = weights
         self.symmetry_ensemble = bool(symmetry_ensemble)
+        self.win_lookahead = win_lookahead
         if model == "env":
             # The game the matches are played in: a run's self-play options
             # (`env_kwargs`, e.g. Go's `min_plies_before_pass`) shape only
@@ -144,6 +163,9 @@ class Agent:
                 networks, trainer.value_support, trainer.reward_support,
                 discount=config.discount, two_player=self.env.num_players == 2,
             )
+            if win_lookahead:
+                self._recurrent_fn = with_win_lookahead(self._recurrent_fn, networks,
+                                                        trainer.reward_support)
         self._rng = jax.random.key(config.seed)
         self._compiled: dict[int, Callable[..., AgentOutput]] = {}
 
@@ -279,7 +301,8 @@ def _make_episodes(env: Environment, search_batch, num_episodes: int, steps: int
 def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = None,
                search: str | None = None, search_kwargs: str | None = None,
                model: str | None = None, weights: str | None = None,
-               symmetry_ensemble: bool | None = None) -> Agent:
+               symmetry_ensemble: bool | None = None,
+               win_lookahead: bool | None = None) -> Agent:
     """Loads a trained agent from a run directory or a checkpoint directory.
 
     Args:
@@ -314,6 +337,10 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
         the board's symmetries (`Agent.symmetry_ensemble`; games that have
         them, e.g. Connect Four's mirror, TicTacToe's and Go's eight).
         Default (None): the run's `eval_symmetry_ensemble`.
+      win_lookahead: read the learned model's predicted rewards as wins in
+        the search (`Agent.win_lookahead`; two-player games rewarded only at
+        their end). Default (None): the run's `eval_win_lookahead`, for the
+        learned and decoded models.
 
     Returns:
       An `Agent` with the parameters of that checkpoint.
@@ -323,7 +350,8 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
       ValueError: a `search` or `search_kwargs` that does not resolve, parse
         or fit the search's signature, an unknown `model` or `weights`, or
         "decoded" for a run without a decoder or binary observations, or
-        `symmetry_ensemble` for a game without symmetries (checked before
+        `symmetry_ensemble` for a game without symmetries, or `win_lookahead`
+        for a game it does not fit or with `model="env"` (checked before
         anything is compiled).
     """
     if model is not None and model not in MODELS:
@@ -356,7 +384,7 @@ def load_agent(logdir_or_checkpoint: str | os.PathLike, *, step: int | None = No
     finally:
         checkpointer.close()
     return Agent(config, trainer, restored.params, step=step, model=model, weights=weights,
-                 symmetry_ensemble=symmetry_ensemble)
+                 symmetry_ensemble=symmetry_ensemble, win_lookahead=win_lookahead)
 
 
 def standard_error(values: np.ndarray) -> float:

@@ -209,6 +209,13 @@ class EvalArgs:
         over the board's symmetries (Connect Four's mirror; the eight of
         TicTacToe and Go): test-time augmentation, S times the network cost.
         Default: the run's eval_symmetry_ensemble.
+      win_lookahead: read the learned model's predicted rewards as wins in
+        the search: a node where the player to move has a move predicted to
+        win is worth at least that reward, and a predicted win ends the game
+        there (two-player games rewarded only at their end; one more
+        dynamics evaluation per move per expanded node). Default: the run's
+        eval_win_lookahead, with the learned and decoded models; refused
+        with --model env.
       output: the file the results are written to (None: DIR/eval.json
         for a run directory, no file for a checkpoint directory). Give each
         evaluation of one run its own file to keep them all, e.g. when
@@ -228,6 +235,7 @@ class EvalArgs:
     model: str | None = None
     weights: str | None = None
     symmetry_ensemble: bool | None = None
+    win_lookahead: bool | None = None
     output: str | None = None
 
     def __post_init__(self):
@@ -593,7 +601,8 @@ def _eval(argv: list[str]) -> int:
     try:
         agent = load_agent(args.logdir, step=args.step, search=args.search,
                            search_kwargs=args.search_kwargs, model=args.model,
-                           weights=args.weights, symmetry_ensemble=args.symmetry_ensemble)
+                           weights=args.weights, symmetry_ensemble=args.symmetry_ensemble,
+                           win_lookahead=args.win_lookahead)
     except (CheckpointError, ValueError, TypeError) as e:  # ValueError: --search(-kwargs)
         raise UsageError(f"{_PROG} eval: {e}") from None
     out_dir = args.logdir if os.path.isfile(os.path.join(args.logdir, "config.json")) else None
@@ -602,7 +611,8 @@ def _eval(argv: list[str]) -> int:
                     "num_simulations": agent._num_simulations(args.num_simulations),
                     "search": agent.config.search, "search_kwargs": agent.config.search_kwargs,
                     "model": agent.model, "weights": agent.weights,
-                    "symmetry_ensemble": agent.symmetry_ensemble}
+                    "symmetry_ensemble": agent.symmetry_ensemble,
+                    "win_lookahead": agent.win_lookahead}
     if evaluate_against is not None:
         try:
             stats = evaluate_against(agent, args.opponent, num_games=args.episodes,

@@ -221,6 +221,14 @@ class Config:
         network cost per simulation; Connect Four's mirror, S = 2). Needs an
         environment with `symmetries` (the pgx games). Self-play does only
         with `act_symmetry_ensemble`.
+      eval_win_lookahead: the trainer's evaluations and, by default,
+        `load_agent` / `muzero-jax eval` / `play` search the learned model
+        with its own predicted rewards read as wins
+        (`search.with_win_lookahead`): a node where the player to move has a
+        move predicted to win is worth at least that reward, and a predicted
+        win ends the game in the search. For two-player games rewarded only
+        at their end (the pgx games); one more dynamics evaluation per move
+        per expanded node. Self-play's search is unchanged.
       act_symmetry_ensemble: self-play's search too averages every network
         evaluation over the board's symmetries, so the stored search
         policies and values (the policy and value targets) come from the
@@ -345,6 +353,7 @@ class Config:
     act_weights: Literal["online", "target"] = "online"
     eval_symmetry_ensemble: bool = False
     act_symmetry_ensemble: bool = False
+    eval_win_lookahead: bool = False
     search: str = "gumbel_muzero"
     search_kwargs: str = "{}"
     search_model: Literal["learned", "decoded"] = "learned"
@@ -485,7 +494,7 @@ class Config:
                 f"action_reconstruction_loss_weight={self.action_reconstruction_loss_weight} "
                 "needs action_reward_loss_weight > 0: it decodes the hidden states of the "
                 "same every-action dynamics")
-        for name in ("eval_symmetry_ensemble", "act_symmetry_ensemble"):
+        for name in ("eval_symmetry_ensemble", "act_symmetry_ensemble", "eval_win_lookahead"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, "
                                  f"got {getattr(self, name)!r}")

@@ -50,10 +50,12 @@ from muzero_jax.search import (
     BUILTIN_SEARCHES,
     check_decoded_model,
     check_search_fn,
+    check_win_lookahead,
     make_decoded_recurrent_fn,
     make_recurrent_fn,
     make_root_fn,
     resolve_search,
+    with_win_lookahead,
 )
 from muzero_jax.symmetries import (
     augment_batch,
@@ -535,6 +537,11 @@ def make_train(
                 check_symmetry_ensemble(env)
             except ValueError as e:
                 raise ValueError(f"{name} is set, but {e}") from None
+    if config.eval_win_lookahead:
+        try:
+            check_win_lookahead(env)
+        except ValueError as e:
+            raise ValueError(f"eval_win_lookahead is set, but {e}") from None
     two_player = env.num_players == 2
     signed_discount = -config.discount if two_player else config.discount
 
@@ -601,6 +608,10 @@ def make_train(
     eval_root_fn, eval_recurrent_fn = root_fn, recurrent_fn
     if config.eval_symmetry_ensemble:
         eval_root_fn, eval_recurrent_fn = ensemble_root_fn, ensemble_recurrent_fn
+    if config.eval_win_lookahead:
+        eval_recurrent_fn = with_win_lookahead(
+            eval_recurrent_fn, ensemble if config.eval_symmetry_ensemble else networks,
+            reward_support)
     eval_search_fn = _evaluation_search_fn(
         config, search_fn, given_search_fn, eval_root_fn, eval_recurrent_fn,
         params_spec, obs_spec, mask_spec)

@@ -33,6 +33,9 @@ __all__ = [
     "make_recurrent_fn",
     "make_decoded_recurrent_fn",
     "check_decoded_model",
+    "with_win_lookahead",
+    "check_win_lookahead",
+    "WIN_LOOKAHEAD_THRESHOLD",
     "make_env_root_fn",
     "make_env_recurrent_fn",
     "resolve_search",
@@ -226,6 +229,80 @@ def check_decoded_model(networks: Networks, env: Any, reconstruction_loss_weight
         raise ValueError(
             f"the decoded model rounds decoded observations onto 0 and 1, but "
             f"{env.name!r}'s observations are not binary")
+
+
+WIN_LOOKAHEAD_THRESHOLD = 0.5
+"""A predicted reward above this, for the player who moves, is a win (the
+games' winning reward is +1, a draw's 0)."""
+
+
+def with_win_lookahead(
+    recurrent_fn: mctx.RecurrentFn,
+    networks: Networks,
+    reward_support: DiscreteSupport,
+    *,
+    threshold: float = WIN_LOOKAHEAD_THRESHOLD,
+    end_at_win: bool = True,
+) -> mctx.RecurrentFn:
+    """Wraps a learned model's `recurrent_fn` (`make_recurrent_fn` or
+    `make_decoded_recurrent_fn`) with two readings of its own predicted
+    rewards, for two-player games whose only reward is the final outcome
+    (`check_win_lookahead`):
+
+    - every node it expands also gets the dynamics' reward for each move from
+      there (one batched dynamics call over the `A` moves), and where the best
+      of them is above `threshold`, the node's value becomes at least that
+      reward: the player to move can win at once, and nothing follows a win.
+      A move that lets the opponent win at once is so refuted on its first
+      visit, whatever prior the winning reply has;
+    - a step whose own predicted reward is above `threshold` ends the game in
+      the search (its discount becomes 0), so what the model imagines after
+      a win does not count.
+
+    Only the learned model's predictions are read, no rule of the game; the
+    rewards of illegal moves are read too (the model does not know which are
+    illegal). It costs one dynamics evaluation per move per expansion.
+
+    Args:
+      recurrent_fn: mctx's `recurrent_fn` whose embedding is the networks'
+        hidden state.
+      networks: the networks the search evaluates (the symmetry ensemble's
+        when the search uses it).
+      reward_support: support of the reward head.
+      threshold: predicted rewards above it are wins.
+      end_at_win: also end the game in the search after a predicted win (the
+        second reading above; False keeps only the first).
+
+    Returns:
+      The wrapped `recurrent_fn`.
+    """
+    num_actions = networks.num_actions
+
+    def wrapped(params: Params, rng_key: chex.PRNGKey, action, embedding):
+        output, hidden = recurrent_fn(params, rng_key, action, embedding)
+        n = hidden.shape[0]
+        moves = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), n)
+        _, reward_logits = networks.dynamics(params, jnp.repeat(hidden, num_actions, axis=0),
+                                             moves)
+        best = reward_support.logits_to_scalar(reward_logits).reshape(n, num_actions).max(-1)
+        value = jnp.where(best > threshold, jnp.maximum(output.value, best), output.value)
+        discount = output.discount
+        if end_at_win:
+            discount = jnp.where(output.reward > threshold, 0.0, discount)
+        return output.replace(value=value, discount=discount), hidden
+
+    return wrapped
+
+
+def check_win_lookahead(env: Any) -> None:
+    """Raises one clear `ValueError` unless `env` is a two-player game whose
+    only reward is the final outcome (`terminal_rewards_only`), where a
+    predicted winning reward means the game ended (`with_win_lookahead`)."""
+    if env.num_players != 2 or not getattr(env, "terminal_rewards_only", False):
+        raise ValueError(
+            f"the win lookahead reads a predicted reward as a won and ended game, which holds "
+            f"for two-player games rewarded only at their end (the pgx board games); "
+            f"{env.name!r} is not one")
 
 
 def make_env_root_fn(networks: Networks, value_support: DiscreteSupport):

@@ -223,7 +223,7 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
 
     class ColumnZero(StandInAgent):
         step, config, model, weights = 7, preset("connect_four"), "learned", "online"
-        symmetry_ensemble = False
+        symmetry_ensemble = win_lookahead = False
 
         def _num_simulations(self, n):
             return n or 1
@@ -232,7 +232,8 @@ def test_eval_cli_reports_tactics(tmp_path, monkeypatch, capsys):
                        lambda s, ts, k: jax.numpy.argmax(ts.legal_action_mask, axis=-1))
     monkeypatch.setattr(muzero_jax.agent, "load_agent",
                         lambda logdir, step=None, search=None, search_kwargs=None,
-                        model="learned", weights=None, symmetry_ensemble=None: agent)
+                        model="learned", weights=None, symmetry_ensemble=None,
+                        win_lookahead=None: agent)
     (tmp_path / "config.json").write_text("{}")
     assert main(["eval", "--logdir", str(tmp_path), "--opponent", "random", "--episodes", "3",
                  "--tactics"]) == 0

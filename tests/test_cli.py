@@ -323,31 +323,49 @@ def jax_leaves(tree):
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
-def test_eval_symmetry_ensemble_defaults_to_the_runs_and_is_refused_without_symmetries(
+def test_eval_ensemble_and_win_lookahead_default_to_the_runs_and_are_refused_where_unfit(
         tmp_path, capsys):
-    """`train --eval-symmetry-ensemble` is stored with the run, so `eval` and
-    `load_agent` average the networks over the board's symmetries by default;
-    `eval --symmetry-ensemble False` turns it off. A game without symmetries
-    gets one line, exit 2, before anything is compiled."""
+    """`train --eval-symmetry-ensemble --eval-win-lookahead` are stored with
+    the run, so `eval` and `load_agent` average the networks over the board's
+    symmetries and read the model's rewards as wins by default;
+    `eval --symmetry-ensemble False` / `--win-lookahead False` turn them off,
+    and planning in the game (`--model env`) leaves the lookahead out unless
+    asked for it, which is refused. A game they do not fit gets one line,
+    exit 2, before anything is compiled."""
     from muzero_jax import load_agent
 
     logdir = tmp_path / "ttt"
     assert main(["train", "--env", "tic_tac_toe", "--logdir", str(logdir), "--max-iterations",
                  "2", "--stop-at", "None", "--progress", "none", *TINY_ARGS,
-                 "--eval-symmetry-ensemble"]) == 0
+                 "--eval-symmetry-ensemble", "--eval-win-lookahead"]) == 0
     base = ["eval", "--logdir", str(logdir), "--episodes", "2", "--num-simulations", "2"]
-    assert main(base) == 0
-    assert json.loads((logdir / "eval.json").read_text())["symmetry_ensemble"] is True
-    assert main(base + ["--symmetry-ensemble", "False"]) == 0
-    assert json.loads((logdir / "eval.json").read_text())["symmetry_ensemble"] is False
-    assert load_agent(logdir).symmetry_ensemble
-    assert not load_agent(logdir, symmetry_ensemble=False).symmetry_ensemble
+
+    def evaluated(*extra):
+        assert main(base + list(extra)) == 0
+        result = json.loads((logdir / "eval.json").read_text())
+        return result["symmetry_ensemble"], result["win_lookahead"], result["model"]
+
+    assert evaluated() == (True, True, "learned")
+    assert evaluated("--symmetry-ensemble", "False", "--win-lookahead", "False") == (
+        False, False, "learned")
+    assert evaluated("--model", "env") == (True, False, "env")
+    agent = load_agent(logdir)
+    assert agent.symmetry_ensemble and agent.win_lookahead
+    agent = load_agent(logdir, symmetry_ensemble=False, win_lookahead=False)
+    assert not agent.symmetry_ensemble and not agent.win_lookahead
     capsys.readouterr()
-    # (`eval --symmetry-ensemble True` on a Catch run: test_train_then_eval_then_resume_checks.)
-    assert main(["train", "--env", "catch", "--logdir", str(tmp_path / "c2"),
-                 "--eval-symmetry-ensemble"]) == 2
+    before = (logdir / "eval.json").read_text()
+    assert main(base + ["--model", "env", "--win-lookahead", "True"]) == 2
     err = capsys.readouterr().err
-    assert "eval_symmetry_ensemble is set, but" in err and len(err.strip().splitlines()) == 1
+    assert "model='env'" in err and len(err.strip().splitlines()) == 1
+    assert (logdir / "eval.json").read_text() == before
+    # (`eval --symmetry-ensemble True` on a Catch run: test_train_then_eval_then_resume_checks.)
+    for flag in ("--eval-symmetry-ensemble", "--eval-win-lookahead"):
+        assert main(["train", "--env", "catch", "--logdir", str(tmp_path / "c2"), flag]) == 2
+        err = capsys.readouterr().err
+        name = flag[2:].replace("-", "_")
+        assert f"{name} is set, but" in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "c2" / "checkpoints").exists()
 
 
 def test_train_act_symmetry_ensemble_is_refused_without_symmetries(tmp_path, capsys):
