@@ -22,6 +22,7 @@ from muzero_jax.search import (
     make_recurrent_fn,
     make_root_fn,
     resolve_search,
+    with_win_lookahead,
 )
 from muzero_jax.symmetries import Symmetries, augment_batch, board_symmetries
 from muzero_jax.value_transforms import DiscreteSupport, h_inverse, h_transform, make_support
@@ -69,4 +70,5 @@ __all__ = [
     "resolve_search",
     "scale_gradient",
     "unrolled_loss",
+    "with_win_lookahead",
 ]

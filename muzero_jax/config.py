@@ -221,6 +221,11 @@ class Config:
         network cost per simulation; Connect Four's mirror, S = 2). Needs an
         environment with `symmetries` (the pgx games). Self-play does only
         with `act_symmetry_ensemble`.
+      act_symmetry_ensemble: self-play's search too averages every network
+        evaluation over the board's symmetries, so the stored search
+        policies and values (the policy and value targets) come from the
+        averaged networks; S times the network cost of acting. Needs an
+        environment with `symmetries`.
       eval_win_lookahead: the trainer's evaluations and, by default,
         `load_agent` / `muzero-jax eval` / `play` search the learned model
         with its own predicted rewards read as wins
@@ -229,11 +234,6 @@ class Config:
         win ends the game in the search. For two-player games rewarded only
         at their end (the pgx games); one more dynamics evaluation per move
         per expanded node. Self-play's search is unchanged.
-      act_symmetry_ensemble: self-play's search too averages every network
-        evaluation over the board's symmetries, so the stored search
-        policies and values (the policy and value targets) come from the
-        averaged networks; S times the network cost of acting. Needs an
-        environment with `symmetries`.
       search: a built-in search name ("gumbel_muzero", "muzero", "puct",
         "muzero_paper") or "package.module:attr".
       search_kwargs: JSON object of keyword hyper-parameters for the search;

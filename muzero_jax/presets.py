@@ -197,6 +197,15 @@ PRESETS: dict[str, Config] = {
         # all four seeds of this preset at least as strong, +0.033 of 400
         # games on average (0.84 / 0.81 against 0.80 / 0.78; README).
         eval_symmetry_ensemble=True,
+        # Reading the model's predicted rewards as wins in the evaluation's
+        # search (a node whose player to move has a move predicted to win is
+        # worth at least that reward; a predicted win ends the game there):
+        # nearly all the learned model's extra losses began with a missed
+        # forced block, and with it the preset's four AMD EPYC states won
+        # 0.919 / 0.904 of 400 games each against 0.902 / 0.861, the losses
+        # begun with a missed block 92 -> 14 (README, Board games). ~1.7x the
+        # evaluation's time; self-play's search is unchanged.
+        eval_win_lookahead=True,
         value_support_size=6,
         reward_support_size=2,
         # Torsos 384 wide (256 until 2026-12-03): at the reference runs'
