@@ -203,7 +203,8 @@ PRESETS: dict[str, Config] = {
         # nearly all the learned model's extra losses began with a missed
         # forced block, and with it the preset's four AMD EPYC states won
         # 0.919 / 0.904 of 400 games each against 0.902 / 0.861, the losses
-        # begun with a missed block 92 -> 14 (README, Board games). ~1.7x the
+        # begun with a missed block 92 -> 14; held-out seed 22 0.90 / 0.755
+        # against 0.855 / 0.715 without it (README, Board games). ~1.7x the
         # evaluation's time; self-play's search is unchanged.
         eval_win_lookahead=True,
         value_support_size=6,
