@@ -343,12 +343,11 @@ def test_eval_ensemble_and_win_lookahead_default_to_the_runs_and_are_refused_whe
     def evaluated(*extra):
         assert main(base + list(extra)) == 0
         result = json.loads((logdir / "eval.json").read_text())
-        return result["symmetry_ensemble"], result["win_lookahead"], result["model"]
+        return result["symmetry_ensemble"], result["win_lookahead"]
 
-    assert evaluated() == (True, True, "learned")
-    assert evaluated("--symmetry-ensemble", "False", "--win-lookahead", "False") == (
-        False, False, "learned")
-    assert evaluated("--model", "env") == (True, False, "env")
+    assert evaluated() == (True, True)
+    assert evaluated("--symmetry-ensemble", "False", "--win-lookahead", "False") == (False, False)
+    assert not load_agent(logdir, model="env").win_lookahead  # the game's ends are exact
     agent = load_agent(logdir)
     assert agent.symmetry_ensemble and agent.win_lookahead
     agent = load_agent(logdir, symmetry_ensemble=False, win_lookahead=False)
