@@ -62,6 +62,7 @@ from muzero_jax.config import config_to_dict
 from muzero_jax.files import write_text_atomically
 from muzero_jax.learning import make_train
 from muzero_jax.presets import preset
+from muzero_jax.search import every_move_step
 
 OPPONENT = {"tic_tac_toe": "minimax", "connect_four": "mcts", "go_9x9": "random"}
 
@@ -339,13 +340,6 @@ def tactics_report(source: str, simulations: list[int]) -> list[dict]:
     return rows
 
 
-def _every_move(networks, params, reward_support, hidden):
-    """`(next hidden [N * A, ...], predicted reward [N, A])` of every move from `hidden` [N]."""
-    n, num_actions = hidden.shape[0], networks.num_actions
-    moves = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), n)
-    after, logits = networks.dynamics(params, jnp.repeat(hidden, num_actions, axis=0), moves)
-    return after, reward_support.logits_to_scalar(logits).reshape(n, num_actions)
-
 
 def model_knowledge(networks, params, reward_support, positions, value_support=None) -> dict:
     """What a learned model knows one and two plies deep, without search.
@@ -372,9 +366,9 @@ def model_knowledge(networks, params, reward_support, positions, value_support=N
     """
     @jax.jit
     def predict(obs):
-        after, reward = _every_move(networks, params, reward_support,
-                                    networks.representation(params, obs))
-        _, reply = _every_move(networks, params, reward_support, after)  # [N * A, A]
+        after, reward = every_move_step(networks, params, reward_support,
+                                        networks.representation(params, obs))
+        _, reply = every_move_step(networks, params, reward_support, after)  # [N * A, A]
         if value_support is None:
             value = jnp.zeros_like(reward)
         else:
@@ -552,8 +546,8 @@ def self_play_knowledge(networks, params, reward_support, data, max_rows: int = 
 
     @jax.jit
     def predict(o):
-        return _every_move(networks, params, reward_support,
-                           networks.representation(params, o))[1]
+        return every_move_step(networks, params, reward_support,
+                               networks.representation(params, o))[1]
 
     reward = np.concatenate([np.asarray(predict(obs[rows[i:i + 512]]))
                              for i in range(0, len(rows), 512)])

@@ -59,9 +59,9 @@ def _search_networks(agent):
 
 def _best_move_reward(networks, params, reward_support, hidden):
     """`[B]`: the model's highest reward over the moves from hidden states `[B, ...]`."""
-    from experiments.board_games import _every_move
+    from muzero_jax.search import every_move_step
 
-    return _every_move(networks, params, reward_support, hidden)[1].max(axis=1)
+    return every_move_step(networks, params, reward_support, hidden)[1].max(axis=1)
 
 
 def win_lookahead_eval(logdir: str, *, episodes: int, seed: int, threshold: float,

@@ -33,6 +33,7 @@ __all__ = [
     "make_recurrent_fn",
     "make_decoded_recurrent_fn",
     "check_decoded_model",
+    "every_move_step",
     "with_win_lookahead",
     "check_win_lookahead",
     "WIN_LOOKAHEAD_THRESHOLD",
@@ -231,6 +232,17 @@ def check_decoded_model(networks: Networks, env: Any, reconstruction_loss_weight
             f"{env.name!r}'s observations are not binary")
 
 
+def every_move_step(networks: Networks, params: Params, reward_support: DiscreteSupport,
+                    hidden: chex.Array) -> tuple[chex.Array, chex.Array]:
+    """`(next hidden [N * A, ...], predicted reward [N, A])`: the dynamics' step
+    for every move from each hidden state of `hidden` `[N, ...]`, in one
+    batched call on `N * A` rows (row `i * A + a` is move `a` from state `i`)."""
+    n, num_actions = hidden.shape[0], networks.num_actions
+    moves = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), n)
+    after, logits = networks.dynamics(params, jnp.repeat(hidden, num_actions, axis=0), moves)
+    return after, reward_support.logits_to_scalar(logits).reshape(n, num_actions)
+
+
 WIN_LOOKAHEAD_THRESHOLD = 0.5
 """A predicted reward above this, for the player who moves, is a win (the
 games' winning reward is +1, a draw's 0)."""
@@ -250,9 +262,10 @@ def with_win_lookahead(
     (`check_win_lookahead`):
 
     - every node it expands also gets the dynamics' reward for each move from
-      there (one batched dynamics call over the `A` moves), and where the best
-      of them is above `threshold`, the node's value becomes at least that
-      reward: the player to move can win at once, and nothing follows a win.
+      there (`every_move_step`: one batched dynamics call over the `A`
+      moves), and where the best of them is above `threshold`, the node's
+      value becomes at least that reward: the player to move can win at
+      once, and nothing follows a win.
       A move that lets the opponent win at once is so refuted on its first
       visit, whatever prior the winning reply has;
     - a step whose own predicted reward is above `threshold` ends the game in
@@ -276,15 +289,9 @@ def with_win_lookahead(
     Returns:
       The wrapped `recurrent_fn`.
     """
-    num_actions = networks.num_actions
-
     def wrapped(params: Params, rng_key: chex.PRNGKey, action, embedding):
         output, hidden = recurrent_fn(params, rng_key, action, embedding)
-        n = hidden.shape[0]
-        moves = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), n)
-        _, reward_logits = networks.dynamics(params, jnp.repeat(hidden, num_actions, axis=0),
-                                             moves)
-        best = reward_support.logits_to_scalar(reward_logits).reshape(n, num_actions).max(-1)
+        best = every_move_step(networks, params, reward_support, hidden)[1].max(-1)
         value = jnp.where(best > threshold, jnp.maximum(output.value, best), output.value)
         discount = output.discount
         if end_at_win:
