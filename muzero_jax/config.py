@@ -233,7 +233,13 @@ class Config:
         move predicted to win is worth at least that reward, and a predicted
         win ends the game in the search. For two-player games rewarded only
         at their end (the pgx games); one more dynamics evaluation per move
-        per expanded node. Self-play's search is unchanged.
+        per expanded node. Self-play's search is unchanged unless
+        `act_win_lookahead` is set too.
+      act_win_lookahead: self-play's search (and reanalyse's) reads the
+        learned model's predicted rewards as wins the same way, so the stored
+        search policies and values come from that search; one more dynamics
+        evaluation per move per expanded node of acting. Same games as
+        `eval_win_lookahead`.
       search: a built-in search name ("gumbel_muzero", "muzero", "puct",
         "muzero_paper") or "package.module:attr".
       search_kwargs: JSON object of keyword hyper-parameters for the search;
@@ -354,6 +360,7 @@ class Config:
     eval_symmetry_ensemble: bool = False
     act_symmetry_ensemble: bool = False
     eval_win_lookahead: bool = False
+    act_win_lookahead: bool = False
     search: str = "gumbel_muzero"
     search_kwargs: str = "{}"
     search_model: Literal["learned", "decoded"] = "learned"
@@ -494,7 +501,8 @@ class Config:
                 f"action_reconstruction_loss_weight={self.action_reconstruction_loss_weight} "
                 "needs action_reward_loss_weight > 0: it decodes the hidden states of the "
                 "same every-action dynamics")
-        for name in ("eval_symmetry_ensemble", "act_symmetry_ensemble", "eval_win_lookahead"):
+        for name in ("eval_symmetry_ensemble", "act_symmetry_ensemble", "eval_win_lookahead",
+                     "act_win_lookahead"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, "
                                  f"got {getattr(self, name)!r}")

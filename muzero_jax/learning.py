@@ -537,11 +537,12 @@ def make_train(
                 check_symmetry_ensemble(env)
             except ValueError as e:
                 raise ValueError(f"{name} is set, but {e}") from None
-    if config.eval_win_lookahead:
-        try:
-            check_win_lookahead(env)
-        except ValueError as e:
-            raise ValueError(f"eval_win_lookahead is set, but {e}") from None
+    for name in ("eval_win_lookahead", "act_win_lookahead"):
+        if getattr(config, name):
+            try:
+                check_win_lookahead(env)
+            except ValueError as e:
+                raise ValueError(f"{name} is set, but {e}") from None
     two_player = env.num_players == 2
     signed_discount = -config.discount if two_player else config.discount
 
@@ -584,6 +585,10 @@ def make_train(
     act_root_fn, act_recurrent_fn = root_fn, recurrent_fn
     if config.act_symmetry_ensemble:
         act_root_fn, act_recurrent_fn = ensemble_root_fn, ensemble_recurrent_fn
+    if config.act_win_lookahead:
+        act_recurrent_fn = with_win_lookahead(
+            act_recurrent_fn, ensemble if config.act_symmetry_ensemble else networks,
+            reward_support)
     # A built-in search without search_kwargs is known to fit; anything else
     # (a user's search, or kwargs that may not bind) is checked once with
     # abstract shapes before anything is compiled. Tracing mctx's search for

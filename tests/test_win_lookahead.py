@@ -121,6 +121,10 @@ def test_it_is_refused_where_a_predicted_reward_is_not_a_won_game():
         make_train(preset("catch", eval_win_lookahead=True))
     with pytest.raises(ValueError, match="eval_win_lookahead must be true or false"):
         preset("connect_four", eval_win_lookahead=1)
+    with pytest.raises(ValueError, match="act_win_lookahead is set, but"):
+        make_train(preset("catch", act_win_lookahead=True))
+    with pytest.raises(ValueError, match="act_win_lookahead must be true or false"):
+        preset("connect_four", act_win_lookahead="yes")
 
 
 SEEN = []
@@ -134,18 +138,41 @@ def recording_gumbel(params, rng_key, root, recurrent_fn, num_simulations,
                                      invalid_actions=invalid_actions, **kwargs)
 
 
-def test_the_trainers_evaluation_searches_with_it():
+LOOKAHEAD = "with_win_lookahead.<locals>.wrapped"
+PLAIN = "make_recurrent_fn.<locals>.recurrent_fn"
+
+
+def tiny_tic_tac_toe(**kwargs):
     import dataclasses
 
     from muzero_jax.networks import MLPConfig
 
-    config = dataclasses.replace(
+    return dataclasses.replace(
         preset("tic_tac_toe"), num_envs=4, eval_episodes=2, eval_num_simulations=2,
-        eval_search=f"{__name__}:recording_gumbel",
-        mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)))
-    for lookahead, wrapper in ((True, "with_win_lookahead.<locals>.wrapped"),
-                               (False, "make_recurrent_fn.<locals>.recurrent_fn")):
+        mlp=MLPConfig(hidden_sizes=(16,), latent_size=8, head_hidden_sizes=(8,)), **kwargs)
+
+
+def test_the_trainers_evaluation_searches_with_it():
+    import dataclasses
+
+    config = tiny_tic_tac_toe(eval_search=f"{__name__}:recording_gumbel")
+    for lookahead, wrapper in ((True, LOOKAHEAD), (False, PLAIN)):
         trainer = make_train(dataclasses.replace(config, eval_win_lookahead=lookahead))
         SEEN.clear()
         trainer.evaluate(trainer.init(jax.random.key(0)).params, jax.random.key(1))
+        assert SEEN and set(SEEN) == {wrapper}, lookahead
+
+
+def test_self_play_searches_with_it_only_when_asked():
+    """`act_win_lookahead` wraps self-play's model, independently of the
+    evaluation's `eval_win_lookahead`."""
+    import dataclasses
+
+    config = tiny_tic_tac_toe(search=f"{__name__}:recording_gumbel", num_simulations=2,
+                              rollout_length=5, batch_size=4,
+                              eval_win_lookahead=True)
+    for lookahead, wrapper in ((True, LOOKAHEAD), (False, PLAIN)):
+        trainer = make_train(dataclasses.replace(config, act_win_lookahead=lookahead))
+        SEEN.clear()  # tracing self-play's program calls its search (nothing compiles)
+        trainer.iteration.trace(trainer.state_shapes(jax.random.key(0)))
         assert SEEN and set(SEEN) == {wrapper}, lookahead
