@@ -164,15 +164,16 @@ def test_the_trainers_evaluation_searches_with_it():
 
 
 def test_self_play_searches_with_it_only_when_asked():
-    """`act_win_lookahead` wraps self-play's model, independently of the
-    evaluation's `eval_win_lookahead`."""
+    """`act_win_lookahead` wraps the model of self-play's search and of
+    reanalyse's, independently of the evaluation's `eval_win_lookahead`."""
     import dataclasses
 
     config = tiny_tic_tac_toe(search=f"{__name__}:recording_gumbel", num_simulations=2,
-                              rollout_length=5, batch_size=4,
-                              eval_win_lookahead=True)
-    for lookahead, wrapper in ((True, LOOKAHEAD), (False, PLAIN)):
-        trainer = make_train(dataclasses.replace(config, act_win_lookahead=lookahead))
-        SEEN.clear()  # tracing self-play's program calls its search (nothing compiles)
-        trainer.iteration.trace(trainer.state_shapes(jax.random.key(0)))
-        assert SEEN and set(SEEN) == {wrapper}, lookahead
+                              rollout_length=5, batch_size=4, eval_win_lookahead=True)
+    for reanalyse_rows in (0, 2):
+        for lookahead, wrapper in ((True, LOOKAHEAD), (False, PLAIN)):
+            trainer = make_train(dataclasses.replace(
+                config, act_win_lookahead=lookahead, reanalyse_rows=reanalyse_rows))
+            SEEN.clear()  # tracing the iteration calls each search once (nothing compiles)
+            trainer.iteration.trace(trainer.state_shapes(jax.random.key(0)))
+            assert SEEN == [wrapper] * (2 if reanalyse_rows else 1), (lookahead, reanalyse_rows)
