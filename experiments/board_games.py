@@ -340,7 +340,6 @@ def tactics_report(source: str, simulations: list[int]) -> list[dict]:
     return rows
 
 
-
 def model_knowledge(networks, params, reward_support, positions, value_support=None) -> dict:
     """What a learned model knows one and two plies deep, without search.
 

@@ -531,16 +531,13 @@ def make_train(
                 f"augment_symmetries is set, but the environment {env.name!r} has no "
                 "symmetries (the pgx board games have them)")
         check_symmetries(env.symmetries, env.observation_shape, env.num_actions)
-    for name in ("eval_symmetry_ensemble", "act_symmetry_ensemble"):
+    for name, check in (("eval_symmetry_ensemble", check_symmetry_ensemble),
+                        ("act_symmetry_ensemble", check_symmetry_ensemble),
+                        ("eval_win_lookahead", check_win_lookahead),
+                        ("act_win_lookahead", check_win_lookahead)):
         if getattr(config, name):
             try:
-                check_symmetry_ensemble(env)
-            except ValueError as e:
-                raise ValueError(f"{name} is set, but {e}") from None
-    for name in ("eval_win_lookahead", "act_win_lookahead"):
-        if getattr(config, name):
-            try:
-                check_win_lookahead(env)
+                check(env)
             except ValueError as e:
                 raise ValueError(f"{name} is set, but {e}") from None
     two_player = env.num_players == 2
