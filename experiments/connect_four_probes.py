@@ -26,11 +26,15 @@ opponent win at once is refuted on its first visit, whatever the prior of
 the winning reply. The learned model's rewards only, no rule of the game.
 
     python experiments/connect_four_probes.py --reply-detection RUN
-    python experiments/connect_four_probes.py --win-lookahead RUN --seed 1 [--end-at-win]
+    python experiments/connect_four_probes.py --win-lookahead RUN --seed 1 [--end-at-win] [--forced-loss]
 
 With `--end-at-win`, a step whose own predicted reward is above the
 threshold also ends the game in the search (discount 0 after it), so the
-model's imaginings past a win cannot undo it.
+model's imaginings past a win cannot undo it. With `--forced-loss`, a node
+where the player to move cannot win at once but every move leaves the
+opponent a reply above the threshold (a double threat) is a loss, worth at
+most minus the weakest of those replies (`A * A` more dynamics steps per
+expansion).
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ def _best_move_reward(networks, params, reward_support, hidden):
 
 
 def win_lookahead_eval(logdir: str, *, episodes: int, seed: int, threshold: float,
-                       opponent: str = "mcts", end_at_win: bool = False) -> dict:
+                       opponent: str = "mcts", end_at_win: bool = False,
+                       forced_loss: bool = False) -> dict:
     from muzero_jax import load_agent
     from muzero_jax.arena import evaluate_against
     from muzero_jax.search import with_win_lookahead
@@ -75,11 +80,12 @@ def win_lookahead_eval(logdir: str, *, episodes: int, seed: int, threshold: floa
         raise ValueError("the win lookahead is for a learned model; this run plans in the game")
     agent._recurrent_fn = with_win_lookahead(
         agent._recurrent_fn, _search_networks(agent), agent.trainer.reward_support,
-        threshold=threshold, end_at_win=end_at_win)
+        threshold=threshold, end_at_win=end_at_win, forced_loss=forced_loss)
     stats = evaluate_against(agent, opponent, num_games=episodes, rng_key=jax.random.key(seed),
                              tactics=True)
     row = {"run": logdir, "step": agent.step, "seed": seed, "threshold": threshold,
-           "end_at_win": end_at_win, "model": agent.model, "weights": agent.weights,
+           "end_at_win": end_at_win, "forced_loss": forced_loss, "model": agent.model,
+           "weights": agent.weights,
            "symmetry_ensemble": agent.symmetry_ensemble, **stats}
     print(json.dumps(row))
     return row
@@ -155,13 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--end-at-win", action="store_true",
                         help="with --win-lookahead: a step predicted to win ends the game "
                              "in the search (discount 0 after it)")
+    parser.add_argument("--forced-loss", action="store_true",
+                        help="with --win-lookahead: a node where every move lets the "
+                             "opponent win at once is a loss (a predicted double threat)")
     args = parser.parse_args(argv)
     if args.reply_detection:
         reply_detection(args.reply_detection)
     else:
         win_lookahead_eval(args.win_lookahead, episodes=args.episodes, seed=args.seed,
                            threshold=args.threshold, opponent=args.opponent,
-                           end_at_win=args.end_at_win)
+                           end_at_win=args.end_at_win, forced_loss=args.forced_loss)
 
 
 if __name__ == "__main__":

@@ -255,6 +255,7 @@ def with_win_lookahead(
     *,
     threshold: float = WIN_LOOKAHEAD_THRESHOLD,
     end_at_win: bool = True,
+    forced_loss: bool = False,
 ) -> mctx.RecurrentFn:
     """Wraps a learned model's `recurrent_fn` (`make_recurrent_fn` or
     `make_decoded_recurrent_fn`) with two readings of its own predicted
@@ -272,6 +273,14 @@ def with_win_lookahead(
       the search (its discount becomes 0), so what the model imagines after
       a win does not count.
 
+    With `forced_loss`, a third reading, one ply deeper: where the player to
+    move cannot win at once but, after every one of its moves, the opponent
+    has a reply predicted above `threshold`, the node's value becomes at most
+    minus the least of those replies' rewards (a double threat: whatever is
+    blocked, the other line wins). It costs `A` more dynamics evaluations
+    per move per expansion (`A * A` in all), from the dynamics' own next
+    states (not re-grounded in a decoded board).
+
     Only the learned model's predictions are read, no rule of the game; the
     rewards of illegal moves are read too (the model does not know which are
     illegal). It costs one dynamics evaluation per move per expansion.
@@ -285,14 +294,22 @@ def with_win_lookahead(
       threshold: predicted rewards above it are wins.
       end_at_win: also end the game in the search after a predicted win (the
         second reading above; False keeps only the first).
+      forced_loss: add the third reading (a predicted double threat).
 
     Returns:
       The wrapped `recurrent_fn`.
     """
     def wrapped(params: Params, rng_key: chex.PRNGKey, action, embedding):
         output, hidden = recurrent_fn(params, rng_key, action, embedding)
-        best = every_move_step(networks, params, reward_support, hidden)[1].max(-1)
+        after, rewards = every_move_step(networks, params, reward_support, hidden)
+        best = rewards.max(-1)
         value = jnp.where(best > threshold, jnp.maximum(output.value, best), output.value)
+        if forced_loss:
+            # [B, A]: the opponent's best reply reward after each move.
+            reply = every_move_step(networks, params, reward_support, after)[1].max(-1)
+            reply = reply.reshape(rewards.shape)
+            loses = (best <= threshold) & (reply > threshold).all(-1)
+            value = jnp.where(loses, jnp.minimum(value, -reply.min(-1)), value)
         discount = output.discount
         if end_at_win:
             discount = jnp.where(output.reward > threshold, 0.0, discount)

@@ -75,6 +75,34 @@ def test_the_value_is_bounded_by_a_winning_reward_and_a_predicted_win_ends_the_g
     np.testing.assert_allclose(out.value, [0.8, 0.95, 0.9, -0.3], atol=1e-3)
 
 
+def test_forced_loss_reads_a_predicted_double_threat_as_a_loss():
+    """Three moves per state. From state 0 every move (to states 1, 2, 3)
+    leaves the opponent a winning reply (rewards 0.9, 0.7, 0.8): the mover
+    loses, at best -0.7. From state 4 move 2 leads to state 5, where no reply
+    wins. From state 6 move 0 wins at once (0.9), which comes first."""
+    next_state = np.array([[1, 2, 3], [5, 5, 5], [5, 5, 5], [5, 5, 5], [1, 2, 5], [5, 5, 5],
+                           [1, 2, 3]], np.int32)
+    reward = np.zeros((7, 3), np.float32)
+    reward[1, 0], reward[2, 1], reward[3, 2], reward[6, 0] = 0.9, 0.7, 0.8, 0.9
+    networks = _table_networks(next_state, reward)
+    hidden = jnp.array([[0.0], [4.0], [6.0], [5.0], [0.0]])
+    values = jnp.array([0.3, 0.3, 0.1, -0.9, -0.95])
+
+    def base(params, rng_key, action, embedding):
+        out = mctx.RecurrentFnOutput(reward=jnp.zeros(5), discount=-jnp.ones(5),
+                                     prior_logits=jnp.zeros((5, 3)), value=values)
+        return out, embedding
+
+    action = jnp.zeros(5, jnp.int32)
+    out, _ = with_win_lookahead(base, networks, SUPPORT, forced_loss=True)(
+        (), jax.random.key(0), action, hidden)
+    # State 0: at most minus its weakest winning reply (0.3 -> -0.7; -0.95
+    # is already lower); state 4 escapes; state 6 wins; state 5 is quiet.
+    np.testing.assert_allclose(out.value, [-0.7, 0.3, 0.9, -0.9, -0.95], atol=1e-3)
+    out, _ = with_win_lookahead(base, networks, SUPPORT)((), jax.random.key(0), action, hidden)
+    np.testing.assert_allclose(out.value, [0.3, 0.3, 0.9, -0.9, -0.95], atol=1e-3)
+
+
 def test_the_search_refutes_a_move_that_lets_the_opponent_win_whatever_its_prior():
     """A two-player toy model. At the root (state 0) move 0 leads to state 1,
     where the opponent wins with move 1 (reward +1), a reply the prior nearly
