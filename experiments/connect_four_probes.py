@@ -26,7 +26,8 @@ opponent win at once is refuted on its first visit, whatever the prior of
 the winning reply. The learned model's rewards only, no rule of the game.
 
     python experiments/connect_four_probes.py --reply-detection RUN
-    python experiments/connect_four_probes.py --win-lookahead RUN --seed 1 [--end-at-win] [--forced-loss]
+    python experiments/connect_four_probes.py --win-lookahead RUN --seed 1 \
+        [--end-at-win] [--forced-loss]
 
 With `--end-at-win`, a step whose own predicted reward is above the
 threshold also ends the game in the search (discount 0 after it), so the
