@@ -283,7 +283,8 @@ def with_win_lookahead(
 
     Only the learned model's predictions are read, no rule of the game; the
     rewards of illegal moves are read too (the model does not know which are
-    illegal). It costs one dynamics evaluation per move per expansion.
+    illegal). The first two readings cost one dynamics evaluation per move
+    per expansion.
 
     Args:
       recurrent_fn: mctx's `recurrent_fn` whose embedding is the networks'
@@ -294,7 +295,8 @@ def with_win_lookahead(
       threshold: predicted rewards above it are wins.
       end_at_win: also end the game in the search after a predicted win (the
         second reading above; False keeps only the first).
-      forced_loss: add the third reading (a predicted double threat).
+      forced_loss: add the third reading (a predicted double threat; it did
+        not move the Connect Four preset, so it is off by default).
 
     Returns:
       The wrapped `recurrent_fn`.
