@@ -86,8 +86,7 @@ def win_lookahead_eval(logdir: str, *, episodes: int, seed: int, threshold: floa
                              tactics=True)
     row = {"run": logdir, "step": agent.step, "seed": seed, "threshold": threshold,
            "end_at_win": end_at_win, "forced_loss": forced_loss, "model": agent.model,
-           "weights": agent.weights,
-           "symmetry_ensemble": agent.symmetry_ensemble, **stats}
+           "weights": agent.weights, "symmetry_ensemble": agent.symmetry_ensemble, **stats}
     print(json.dumps(row))
     return row
 

@@ -259,8 +259,8 @@ def with_win_lookahead(
 ) -> mctx.RecurrentFn:
     """Wraps a learned model's `recurrent_fn` (`make_recurrent_fn` or
     `make_decoded_recurrent_fn`) with two readings of its own predicted
-    rewards, for two-player games whose only reward is the final outcome
-    (`check_win_lookahead`):
+    rewards (a third with `forced_loss`), for two-player games whose only
+    reward is the final outcome (`check_win_lookahead`):
 
     - every node it expands also gets the dynamics' reward for each move from
       there (`every_move_step`: one batched dynamics call over the `A`
@@ -279,7 +279,9 @@ def with_win_lookahead(
     minus the least of those replies' rewards (a double threat: whatever is
     blocked, the other line wins). It costs `A` more dynamics evaluations
     per move per expansion (`A * A` in all), from the dynamics' own next
-    states (not re-grounded in a decoded board).
+    states (not re-grounded in a decoded board). An illegal move counts as
+    one of the mover's moves too: what the model predicts after it can hide
+    a double threat (the reading then stays silent) or, rarely, show one.
 
     Only the learned model's predictions are read, no rule of the game; the
     rewards of illegal moves are read too (the model does not know which are
