@@ -205,8 +205,9 @@ PRESETS: dict[str, Config] = {
         # 0.919 / 0.904 of 400 games each against 0.902 / 0.861, the losses
         # begun with a missed block 92 -> 14; held-out seeds 22, 23, 24
         # 0.92 / 0.825 against 0.893 / 0.787 without it (README, Board
-        # games). ~1.7x the evaluation's time. Not in self-play's search: act_win_lookahead
-        # lost there (0.848 / 0.760 against 0.888 / 0.815 on seeds 22, 16).
+        # games). ~1.7x the evaluation's time. Not in self-play's search:
+        # act_win_lookahead lost there (0.848 / 0.760 against 0.888 / 0.815
+        # on seeds 22, 16).
         eval_win_lookahead=True,
         value_support_size=6,
         reward_support_size=2,
