@@ -7,7 +7,9 @@ preset supplies the defaults. `bench` and `play` hand the rest of the command
 line to `muzero_jax.bench.cli.main` and `muzero_jax.play.main`.
 
 Exit codes: 0 success, 2 bad input (one line on stderr, before anything is
-compiled or written), 1 failure while running (one clear message).
+compiled or written), 1 failure while running (one clear message), 130
+interrupted, 141 (silently) when the reader of stdout has gone, as with
+`muzero-jax train --help | head`.
 """
 
 from __future__ import annotations
@@ -541,17 +543,23 @@ def _train_seeds(args: TrainArgs, config, logdir: str) -> int:
         _clear_run(logdir)
     print(f"{_PROG}: training {args.num_seeds} seeds of {config.env} in one program -> "
           f"{logdir}; compiling...", flush=True)
-    last = [0.0]
+    last: list[float | None] = [0.0]
 
     def on_rows(rows):
+        if last[0] is None:  # the console's reader has gone: the run goes on without it
+            return
         if rows[0]["wall_s"] - last[0] >= 5.0 or "eval_return" in rows[0]:
             last[0] = rows[0]["wall_s"]
             key = "eval_return" if "eval_return" in rows[0] else "episode_return"
             values = [r[key] for r in rows if r.get(key) is not None]
             shown = (f"{key} mean {sum(values) / len(values):.3f} "
                      f"[{min(values):.3f}, {max(values):.3f}]" if values else "no episodes")
-            print(f"iter {rows[0]['iteration']:5d} | steps/seed {rows[0]['env_steps']:9d} | "
-                  f"{shown} | t {rows[0]['wall_s']:.1f}s", flush=True)
+            try:
+                print(f"iter {rows[0]['iteration']:5d} | steps/seed "
+                      f"{rows[0]['env_steps']:9d} | {shown} | t {rows[0]['wall_s']:.1f}s",
+                      flush=True)
+            except BrokenPipeError:
+                last[0] = None
 
     try:
         result = train_seeds(config, args.num_seeds, logdir=logdir,
@@ -613,6 +621,7 @@ def _eval(argv: list[str]) -> int:
                     "model": agent.model, "weights": agent.weights,
                     "symmetry_ensemble": agent.symmetry_ensemble,
                     "win_lookahead": agent.win_lookahead}
+    lines = []  # shown once the results are safe in their file
     if evaluate_against is not None:
         try:
             stats = evaluate_against(agent, args.opponent, num_games=args.episodes,
@@ -622,35 +631,37 @@ def _eval(argv: list[str]) -> int:
             raise UsageError(f"{_PROG} eval: {e}") from None
         result["opponent"] = args.opponent
         result.update(stats)
-        print(f"{_PROG}: {agent.config.env} vs {args.opponent} over {args.episodes} games: "
-              + ", ".join(f"{k}={v}" for k, v in stats.items() if not isinstance(v, list | dict)))
+        lines.append(f"{_PROG}: {agent.config.env} vs {args.opponent} over {args.episodes} "
+                     "games: " + ", ".join(f"{k}={v}" for k, v in stats.items()
+                                           if not isinstance(v, list | dict)))
         if "tactics" in stats:
             t, lost = stats["tactics"], stats["tactics"]["losses"]
 
             def share(x):
                 return "-" if x is None else f"{x:.2f}"
 
-            print(f"{_PROG}: in these games, " + "; ".join(
+            lines.append(f"{_PROG}: in these games, " + "; ".join(
                 f"the {who} took {share(t[who]['wins_taken'])} of {t[who]['wins_available']} "
                 f"immediate wins and made {share(t[who]['blocks_made'])} of "
                 f"{t[who]['must_block']} forced blocks" for who in ("agent", "opponent"))
                 + f"; of the agent's {lost['num_lost']} losses, {share(lost['missed_block'])} "
                 f"began with a missed block, {share(lost['missed_win'])} with a missed win, "
-                f"{share(lost['no_error'])} with neither", flush=True)
+                f"{share(lost['no_error'])} with neither")
     else:
         returns = agent.evaluate(args.episodes, rng_key, num_simulations=args.num_simulations)
         mean, stderr = float(returns.mean()), standard_error(returns)
         result.update(episodes=args.episodes, mean=mean, stderr=stderr,
                       returns=[float(r) for r in returns])
-        print(f"{_PROG}: {agent.config.env}, checkpoint {agent.step}, {args.episodes} greedy "
-              f"episodes, {result['num_simulations']} simulations: return {mean:.4f} "
-              f"+- {stderr:.4f} (standard error)", flush=True)
+        lines.append(f"{_PROG}: {agent.config.env}, checkpoint {agent.step}, {args.episodes} "
+                     f"greedy episodes, {result['num_simulations']} simulations: return "
+                     f"{mean:.4f} +- {stderr:.4f} (standard error)")
     out_path = args.output
     if out_path is None and out_dir is not None:
         out_path = os.path.join(out_dir, "eval.json")
-    if out_path is not None:
+    if out_path is not None:  # the file first: a console gone must not cost the results
         write_text_atomically(out_path, json.dumps(result, indent=2))
-        print(f"{_PROG}: wrote {out_path}", flush=True)
+        lines.append(f"{_PROG}: wrote {out_path}")
+    print("\n".join(lines), flush=True)
     return 0
 
 
@@ -674,31 +685,44 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _dispatch(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command in _FORWARDED:
+        return _forward(command, rest)
+    if command == "train":
+        return _train(rest)
+    if command == "eval":
+        return _eval(rest)
+    raise UsageError(f"{_PROG}: unknown command {command!r}; commands: {', '.join(_COMMANDS)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `muzero-jax` console script; returns the exit code."""
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if not argv or argv[0] in ("-h", "--help"):
-            print(_usage())
-            return 0 if argv else 2
-        command, rest = argv[0], argv[1:]
-        if command in _FORWARDED:
-            return _forward(command, rest)
-        if command == "train":
-            return _train(rest)
-        if command == "eval":
-            return _eval(rest)
-        raise UsageError(f"{_PROG}: unknown command {command!r}; "
-                         f"commands: {', '.join(_COMMANDS)}")
+        try:
+            code = _dispatch(argv)
+        except SystemExit as e:  # --help of a subcommand
+            code = int(e.code or 0)
+        sys.stdout.flush()  # here, not at exit, so that a reader gone is caught below
+        return code
     except UsageError as e:
         print(str(e).splitlines()[0] if str(e) else f"{_PROG}: bad input", file=sys.stderr)
         return 2
-    except SystemExit as e:  # --help of a subcommand
-        return int(e.code or 0)
     except KeyboardInterrupt:
         print(f"{_PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Whoever read stdout has gone (`muzero-jax train --help | head`): stop
+        # quietly, as a program killed by SIGPIPE would, and point stdout at
+        # /dev/null so that Python's flush at exit does not complain either.
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no file behind
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:  # noqa: BLE001 - runtime failure: clear message, exit 1
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(f"{_PROG}: error: {type(e).__name__}: {first}", file=sys.stderr)

@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 from muzero_jax.files import atomic_path, write_text_atomically
@@ -155,6 +155,26 @@ class RunLogger:
             if isinstance(value, int | float) and math.isfinite(value):
                 self._tb.add_scalar(key, value, global_step=step)
         if self._bar is not None:
+            self._console(lambda: self._update_bar(row))
+        elif self.mode == "lines":
+            if row["wall_s"] - self._last_print >= self.print_every_s or "eval_return" in row:
+                self._last_print = row["wall_s"]
+                self._console(lambda: print(format_row(row), file=self.stream, flush=True))
+        if time.monotonic() - self._last_plot >= self.plot_every_s:
+            self.plot()
+
+    def _console(self, show: Callable[[], Any]) -> None:
+        """Runs one write to the console. If its reader has gone (`muzero-jax
+        train ... | head`), the console is dropped and the run goes on: the
+        rows still reach `metrics.jsonl` and TensorBoard."""
+        try:
+            show()
+        except BrokenPipeError:
+            self.mode, self._bar = "none", None
+
+    def _update_bar(self, row: dict[str, Any]) -> None:
+        if self._bar is not None:
+            step = row["env_steps"]
             self._bar.update(step - self._bar.n)
             postfix = {"steps/s": f"{row['sps']:.0f}"}
             last_return = next((r["episode_return"] for r in reversed(self.rows)
@@ -166,19 +186,14 @@ class RunLogger:
             if last_eval is not None:
                 postfix["eval"] = f"{last_eval:.3f}"
             self._bar.set_postfix(postfix, refresh=False)
-        elif self.mode == "lines":
-            if row["wall_s"] - self._last_print >= self.print_every_s or "eval_return" in row:
-                self._last_print = row["wall_s"]
-                print(format_row(row), file=self.stream, flush=True)
-        if time.monotonic() - self._last_plot >= self.plot_every_s:
-            self.plot()
 
     def message(self, text: str) -> None:
         """A line that does not break the progress bar."""
         if self._bar is not None:
-            self._bar.write(text)
+            bar = self._bar
+            self._console(lambda: bar.write(text, file=self.stream))
         elif self.mode != "none":
-            print(text, file=self.stream, flush=True)
+            self._console(lambda: print(text, file=self.stream, flush=True))
 
     def plot(self) -> None:
         """Refreshes `curve.png` now."""
@@ -192,6 +207,7 @@ class RunLogger:
             self.plot()
         finally:
             if self._bar is not None:
-                self._bar.close()
+                bar = self._bar
+                self._console(bar.close)
             self._sink.close()
             self._tb.close()

@@ -27,6 +27,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _OWN_CACHE:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="muzero-jax-tests-xla-")
@@ -45,3 +47,35 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs",
 def pytest_sessionfinish(session, exitstatus):
     if _OWN_CACHE:
         shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+
+
+class Console:
+    """A console whose reader can go away, as `muzero-jax train ... | head -N` leaves it.
+
+    The reader takes `lines` lines (None: all) and goes; every write after that,
+    or after `reader_gone` is set, fails with EPIPE."""
+
+    def __init__(self, lines: int | None = None):
+        self.text, self.lines, self.reader_gone = "", lines, False
+
+    def _gone(self) -> bool:
+        return self.reader_gone or (self.lines is not None and self.text.count("\n") >= self.lines)
+
+    def write(self, text: str) -> int:
+        if self._gone():
+            raise BrokenPipeError(32, "Broken pipe")
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:  # what was written before the reader went had reached it
+        if self.reader_gone:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    def isatty(self) -> bool:
+        return False
+
+
+@pytest.fixture
+def console():
+    """A fresh `Console` that shows everything until `reader_gone` is set."""
+    return Console()

@@ -129,6 +129,22 @@ def test_help_lists_every_config_field_with_default(capsys):
     assert "(default: 475.0)" in out
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--env", "catch", "--help"]])
+def test_a_reader_gone_from_stdout_ends_quietly_with_141(argv):
+    # `muzero-jax train --help | head`: the pipe's read end is closed before the
+    # command starts, so every write to stdout fails with EPIPE.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    code = "import sys; from muzero_jax.cli import main; sys.exit(main(sys.argv[1:]))"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, *argv], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == ""
+    assert proc.returncode == 141
+
+
 def test_bench_and_play_forward_their_argv(monkeypatch, capsys):
     seen = {}
     fake = types.ModuleType("muzero_jax.play")
@@ -295,6 +311,28 @@ def test_train_then_eval_then_resume_checks(tmp_path, capsys):
         err.strip().splitlines()) == 1
     with pytest.raises(ValueError, match="weights must be one of"):
         load_agent(logdir, weights="ema")
+
+
+def test_a_console_gone_while_training_and_evaluating_costs_no_results(
+        tmp_path, monkeypatch, console):
+    # `muzero-jax train ... | head -1`: the reader goes after the first line.
+    logdir = tmp_path / "run"
+    console.lines = 1
+    monkeypatch.setattr(sys, "stdout", console)
+    argv = ["train", "--env", "catch", "--logdir", str(logdir), "--max-iterations", "4",
+            "--seed", "3", "--stop-at", "None", "--progress", "lines", *TINY_ARGS,
+            "--lr-warmup-updates", "0"]
+    assert main(argv) == 141
+    assert console.text.startswith("muzero-jax: training catch") and console.text.count("\n") == 1
+    rows = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    assert [p.name for p in (logdir / "checkpoints").iterdir()] == ["4"]
+    # eval: its results reach eval.json before anything is shown.
+    console.reader_gone = True
+    assert main(["eval", "--logdir", str(logdir), "--episodes", "6",
+                 "--num-simulations", "2"]) == 141
+    result = json.loads((logdir / "eval.json").read_text())
+    assert result["episodes"] == 6 and result["step"] == 4 and len(result["returns"]) == 6
 
 
 def test_eval_defaults_to_the_runs_eval_weights(tmp_path, capsys):

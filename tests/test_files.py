@@ -72,3 +72,24 @@ def test_a_resume_killed_while_dropping_rows_keeps_the_runs_history(tmp_path, mo
                                          progress="none")
     run_logger.close()
     assert [json.loads(line) for line in metrics.read_text().splitlines()] == rows[:3]
+
+
+@pytest.mark.parametrize("progress", ["lines", "bar"])
+def test_a_console_whose_reader_has_gone_costs_the_run_no_rows(tmp_path, progress, console):
+    run_logger = logger_module.RunLogger(tmp_path, total_env_steps=50, progress=progress,
+                                         print_every_s=0.0, stream=console)
+    rows = [{"iteration": i, "env_steps": 10 * i, "wall_s": float(i), "sps": 10.0,
+             "episode_return": 0.5, "loss": 1.0} for i in range(1, 6)]
+    run_logger.write(rows[0])
+    shown = console.text
+    assert ("iter     1" in shown) if progress == "lines" else ("env steps" in shown)
+    console.reader_gone = True
+    for row in rows[1:3]:
+        run_logger.write(row)
+    run_logger.message("a line for the console")
+    for row in rows[3:]:
+        run_logger.write(row)
+    run_logger.close()
+    assert run_logger.mode == "none" and console.text == shown
+    metrics = tmp_path / "metrics.jsonl"
+    assert [json.loads(line) for line in metrics.read_text().splitlines()] == rows
