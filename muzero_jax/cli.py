@@ -30,6 +30,7 @@ import tyro
 
 from muzero_jax.config import Config, config_from_dict, config_to_dict
 from muzero_jax.files import write_text_atomically
+from muzero_jax.logger import Printer
 from muzero_jax.provenance import ENVIRONMENT_FILE
 
 __all__ = ["LAUNCH_FILE", "EvalArgs", "TrainArgs", "main", "write_launch_file"]
@@ -543,23 +544,17 @@ def _train_seeds(args: TrainArgs, config, logdir: str) -> int:
         _clear_run(logdir)
     print(f"{_PROG}: training {args.num_seeds} seeds of {config.env} in one program -> "
           f"{logdir}; compiling...", flush=True)
-    last: list[float | None] = [0.0]
+    last, show = [0.0], Printer()
 
     def on_rows(rows):
-        if last[0] is None:  # the console's reader has gone: the run goes on without it
-            return
         if rows[0]["wall_s"] - last[0] >= 5.0 or "eval_return" in rows[0]:
             last[0] = rows[0]["wall_s"]
             key = "eval_return" if "eval_return" in rows[0] else "episode_return"
             values = [r[key] for r in rows if r.get(key) is not None]
             shown = (f"{key} mean {sum(values) / len(values):.3f} "
                      f"[{min(values):.3f}, {max(values):.3f}]" if values else "no episodes")
-            try:
-                print(f"iter {rows[0]['iteration']:5d} | steps/seed "
-                      f"{rows[0]['env_steps']:9d} | {shown} | t {rows[0]['wall_s']:.1f}s",
-                      flush=True)
-            except BrokenPipeError:
-                last[0] = None
+            show(f"iter {rows[0]['iteration']:5d} | steps/seed {rows[0]['env_steps']:9d} | "
+                 f"{shown} | t {rows[0]['wall_s']:.1f}s")  # a console gone: the run goes on
 
     try:
         result = train_seeds(config, args.num_seeds, logdir=logdir,

@@ -20,9 +20,29 @@ from typing import Any, TextIO
 
 from muzero_jax.files import atomic_path, write_text_atomically
 
-__all__ = ["RunLogger", "format_row", "plot_curve", "read_metrics"]
+__all__ = ["Printer", "RunLogger", "format_row", "plot_curve", "read_metrics"]
 
 _NOT_SCALARS = ("iteration", "env_steps")
+
+
+class Printer:
+    """Prints lines to a console until its reader goes away.
+
+    Once a write fails with `BrokenPipeError` (`muzero-jax bench ... | head`),
+    it prints nothing more and the work goes on: what the command writes to
+    files is not lost to a closed pipe. `gone` tells whether that happened.
+    """
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream, self.gone = stream, False
+
+    def __call__(self, text: str) -> None:
+        if self.gone:
+            return
+        try:
+            print(text, file=self.stream or sys.stdout, flush=True)
+        except BrokenPipeError:
+            self.gone = True
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """`muzero-jax bench`: the commands run, count the right work and write their JSON."""
 
 import json
+import sys
 
 import pytest
 
@@ -152,7 +153,10 @@ def test_learner_step_flops_grow_linearly_with_the_unroll():
     assert counts[0] > 0 and counts[2] - counts[1] == counts[1] - counts[0] > 0
 
 
-def test_e2e_counts_environment_steps(tmp_path):
+def test_e2e_counts_environment_steps(tmp_path, monkeypatch, console):
+    # With no one reading the console (`... | head -0`): the rows reach the file all the same.
+    console.reader_gone = True
+    monkeypatch.setattr(sys, "stdout", console)
     out = tmp_path / "e2e.json"
     tiny = dict(num_envs=8, rollout_length=10, batch_size=8, replay_ratio=1 / 80,
                 num_simulations=4, replay_capacity=40, min_replay_steps=16, reanalyse_rows=5)

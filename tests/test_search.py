@@ -274,7 +274,7 @@ def _prior_only_policy(params, rng_key, root, recurrent_fn, num_simulations):
                              search_tree=None)
 
 
-def test_bench_search_main_writes_json(tmp_path, capsys, monkeypatch):
+def test_bench_search_main_writes_json(tmp_path, capsys, monkeypatch, console):
     from muzero_jax.bench import search as bench
 
     monkeypatch.setitem(bench.POLICIES, "mctx_muzero", _prior_only_policy)
@@ -305,6 +305,14 @@ def test_bench_search_main_writes_json(tmp_path, capsys, monkeypatch):
         assert row["sims_per_s"] == pytest.approx(2 / row["median_s"])
     assert data["rows"][0]["speedup_vs_mctx_muzero"] == 1.0
     assert "| 2 | 1 | 2 |" in capsys.readouterr().out  # the Markdown table
+    # `... | head -1`: the console's reader goes after one line; the rows still
+    # reach the file.
+    console.lines = 1
+    monkeypatch.setattr(sys, "stdout", console)
+    assert bench.main([*argv[:-1], str(tmp_path / "again.json")]) == 0
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert [r["policy"] for r in again["rows"]] == ["mctx_muzero"]
+    assert console.text.count("\n") == 1 and console.text.startswith("date:")
 
 
 @pytest.mark.parametrize("argv", [["--policies", "nope"], ["--actions", "0"], ["--repeats", "0"]])

@@ -40,6 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from muzero_jax.logger import Printer
+
 __all__ = ["main", "run_e2e", "run_unroll", "time_calls"]
 
 _PROG = "muzero-jax bench"
@@ -372,6 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as e:  # argparse inside: 2 on bad flags, 0 on --help
             return int(e.code or 0)
         return code if isinstance(code, int) else 0
+    show = Printer()  # a console gone (`| head`) costs no results
     try:
         args = _parser().parse_args(argv)
         if args.command == "unroll":
@@ -392,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               batch_sizes=args.batch_sizes, repeats=args.repeats,
                               peak_flops_per_s=args.peak_tflops and args.peak_tflops * 1e12,
                               updates_per_call=args.updates_per_call, compute_dtypes=dtypes)
-            print(_table(rows, ("network", "unroll_steps", "compute_dtype", "batch_size",
+            _write(rows, args.json, argv)  # the file before the console, which may be gone
+            show(_table(rows, ("network", "unroll_steps", "compute_dtype", "batch_size",
                                 "updates_per_call",
                                 "samples_per_s",
                                 "samples_per_s_min", "samples_per_s_max", "compile_s",
@@ -442,7 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for count in counts:
                 rows += run_e2e(envs=envs, iterations=args.iterations,
                                 overrides=dict(overrides, num_devices=count))
-            print(_table(rows, ("env", "num_devices", "env_steps_per_s", "env_steps_per_s_min",
+            _write(rows, args.json, argv)
+            show(_table(rows, ("env", "num_devices", "env_steps_per_s", "env_steps_per_s_min",
                                 "env_steps_per_s_max", "learner_samples_per_s",
                                 "games_per_s", "search_simulations_per_s",
                                 "first_iteration_s")))
@@ -454,9 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         continue
                     solved = [solve(env, seed, max_seconds=args.max_seconds,
                                     overrides=overrides) for seed in args.solve_seeds]
-                    print(table(solved))
                     rows += [dict(r, kind="time_to_threshold") for r in solved]
-        _write(rows, args.json, argv)
+                    _write(rows, args.json, argv)
+                    show(table(solved))
     except _UsageError as e:
         print(str(e).splitlines()[0], file=sys.stderr)
         return 2

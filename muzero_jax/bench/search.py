@@ -45,6 +45,7 @@ import mctx
 import numpy as np
 
 from muzero_jax.files import atomic_path
+from muzero_jax.logger import Printer
 from muzero_jax.puct import muzero_paper_policy, puct_policy
 
 __all__ = [
@@ -501,16 +502,17 @@ def main(argv: Sequence[str] | None = None,
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
 
+    show = Printer()  # a console gone (`| head`) costs no results
     if args.depth_stats:
         for name in args.policies:
             for a in args.actions:
                 for b in args.batch:
                     for n in args.simulations:
-                        print(json.dumps(depth_stats(name, a, b, n, seed=args.seed)), flush=True)
+                        show(json.dumps(depth_stats(name, a, b, n, seed=args.seed)))
         return 0
     info = machine_info()
-    print(" | ".join(f"{key}: {value}" for key, value in info.items()), flush=True)
-    print(format_table([]), flush=True)
+    show(" | ".join(f"{key}: {value}" for key, value in info.items()))
+    show(format_table([]))
     rows = run_search_benchmark(
         actions=args.actions,
         batch=args.batch,
@@ -518,14 +520,14 @@ def main(argv: Sequence[str] | None = None,
         repeats=args.repeats,
         policies=args.policies,
         seed=args.seed,
-        log=lambda text: print(text, flush=True),
+        log=show,
     )
     info["load_average_end"] = _load_average()
-    print(markdown_table(rows), flush=True)
-    if args.json:
+    if args.json:  # the file before the console
         command = sys.argv[1:] if argv is None else list(argv)
         with atomic_path(args.json) as tmp, open(tmp, "w") as handle:
             json.dump({"machine": info, "argv": command, "rows": rows}, handle, indent=2)
+    show(markdown_table(rows))
     return 0
 
 
