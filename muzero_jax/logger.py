@@ -190,6 +190,8 @@ class RunLogger:
         try:
             show()
         except BrokenPipeError:
+            if self._bar is not None:
+                self._bar.disable = True  # else its close() at exit writes to the pipe again
             self.mode, self._bar = "none", None
 
     def _update_bar(self, row: dict[str, Any]) -> None:

@@ -396,8 +396,10 @@ def test_self_play_stores_the_prediction_after_every_move(labelled_run):
     assert values.std() > 0.05  # the values differ from board to board
     logits = np.asarray(out.policy_logits, np.float64)
     for i, (b, t, a, legal) in enumerate(where):
-        # (the value transform's inverse loses ~1e-4 to float32 rounding)
-        np.testing.assert_allclose(data.action_values[b, t, a], values[i], atol=2e-4)
+        # (the value transform's inverse loses ~1e-4 to float32 rounding, more
+        # for larger values: 2.3e-4 at 2.68 on an AMD EPYC of family 25 model 1)
+        np.testing.assert_allclose(data.action_values[b, t, a], values[i], rtol=2e-4,
+                                   atol=2e-4)
         expected = np.where(legal, np.exp(logits[i] - logits[i][legal].max()), 0.0)
         np.testing.assert_allclose(data.action_policies[b, t, a], expected / expected.sum(),
                                    atol=1e-5)

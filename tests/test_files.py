@@ -1,5 +1,6 @@
 """`muzero_jax.files`: a run directory's files are written whole or not at all."""
 
+import gc
 import json
 import os
 
@@ -74,6 +75,7 @@ def test_a_resume_killed_while_dropping_rows_keeps_the_runs_history(tmp_path, mo
     assert [json.loads(line) for line in metrics.read_text().splitlines()] == rows[:3]
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("progress", ["lines", "bar"])
 def test_a_console_whose_reader_has_gone_costs_the_run_no_rows(tmp_path, progress, console):
     run_logger = logger_module.RunLogger(tmp_path, total_env_steps=50, progress=progress,
@@ -93,3 +95,5 @@ def test_a_console_whose_reader_has_gone_costs_the_run_no_rows(tmp_path, progres
     assert run_logger.mode == "none" and console.text == shown
     metrics = tmp_path / "metrics.jsonl"
     assert [json.loads(line) for line in metrics.read_text().splitlines()] == rows
+    del run_logger
+    gc.collect()  # a dropped bar must not write to the pipe when it is collected
