@@ -153,6 +153,7 @@ class RunLogger:
             progress = "bar" if getattr(self.stream, "isatty", lambda: False)() else "lines"
         self.mode = progress
         self._bar = None
+        self._printer = Printer(self.stream)  # lines mode and messages without a bar
         if progress == "bar":
             from tqdm import tqdm
 
@@ -179,14 +180,14 @@ class RunLogger:
         elif self.mode == "lines":
             if row["wall_s"] - self._last_print >= self.print_every_s or "eval_return" in row:
                 self._last_print = row["wall_s"]
-                self._console(lambda: print(format_row(row), file=self.stream, flush=True))
+                self._print(format_row(row))
         if time.monotonic() - self._last_plot >= self.plot_every_s:
             self.plot()
 
     def _console(self, show: Callable[[], Any]) -> None:
-        """Runs one write to the console. If its reader has gone (`muzero-jax
-        train ... | head`), the console is dropped and the run goes on: the
-        rows still reach `metrics.jsonl` and TensorBoard."""
+        """Runs one write to the progress bar. If the console's reader has gone
+        (`muzero-jax train ... | head`), the console is dropped and the run goes
+        on: the rows still reach `metrics.jsonl` and TensorBoard."""
         try:
             show()
         except BrokenPipeError:
@@ -194,20 +195,25 @@ class RunLogger:
                 self._bar.disable = True  # else its close() at exit writes to the pipe again
             self.mode, self._bar = "none", None
 
+    def _print(self, text: str) -> None:
+        """One plain line; the console is dropped once its reader has gone."""
+        self._printer(text)
+        if self._printer.gone:
+            self.mode = "none"
+
     def _update_bar(self, row: dict[str, Any]) -> None:
-        if self._bar is not None:
-            step = row["env_steps"]
-            self._bar.update(step - self._bar.n)
-            postfix = {"steps/s": f"{row['sps']:.0f}"}
-            last_return = next((r["episode_return"] for r in reversed(self.rows)
-                                if r.get("episode_return") is not None), None)
-            if last_return is not None:
-                postfix["return"] = f"{last_return:.3f}"
-            last_eval = next((r["eval_return"] for r in reversed(self.rows)
-                              if "eval_return" in r), None)
-            if last_eval is not None:
-                postfix["eval"] = f"{last_eval:.3f}"
-            self._bar.set_postfix(postfix, refresh=False)
+        bar = self._bar
+        bar.update(row["env_steps"] - bar.n)
+        postfix = {"steps/s": f"{row['sps']:.0f}"}
+        last_return = next((r["episode_return"] for r in reversed(self.rows)
+                            if r.get("episode_return") is not None), None)
+        if last_return is not None:
+            postfix["return"] = f"{last_return:.3f}"
+        last_eval = next((r["eval_return"] for r in reversed(self.rows)
+                          if "eval_return" in r), None)
+        if last_eval is not None:
+            postfix["eval"] = f"{last_eval:.3f}"
+        bar.set_postfix(postfix, refresh=False)
 
     def message(self, text: str) -> None:
         """A line that does not break the progress bar."""
@@ -215,7 +221,7 @@ class RunLogger:
             bar = self._bar
             self._console(lambda: bar.write(text, file=self.stream))
         elif self.mode != "none":
-            self._console(lambda: print(text, file=self.stream, flush=True))
+            self._print(text)
 
     def plot(self) -> None:
         """Refreshes `curve.png` now."""

@@ -16,6 +16,11 @@ default is 2) and XLA's classic loop emitters instead of its newer MLIR
 fusion emitters. With them the default run took 620 s instead of 800 s
 (2026-12-01, this 2-core machine), with the same tolerances everywhere
 (test_puct's bit-identical parity programs keep the fusion emitters).
+They also keep each program's machine code in one LLVM module: XLA splits it
+to compile the parts on several threads, which a 2-core machine running two
+test workers cannot use. That cut XLA's compile time by ~15 % (test_loss's
+transcription and pseudocode tests, one process: 74-78 s instead of 89-90 s,
+2026-12-07, AMD EPYC family 25 model 1).
 Level 0 would compile faster still, but it changed which moves a search took
 in one test, so it is not used. These flags go first in XLA_FLAGS, so a flag
 of your own overrides them, and the tests' subprocesses inherit them (those
@@ -33,7 +38,8 @@ _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _OWN_CACHE:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="muzero-jax-tests-xla-")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
-FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=1 --xla_cpu_use_fusion_emitters=false"
+FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=1 --xla_cpu_use_fusion_emitters=false"
+                      " --xla_cpu_parallel_codegen_split_count=1")
 if os.environ.get("MUZERO_JAX_TEST_FAST_COMPILE", "1") != "0":
     os.environ["XLA_FLAGS"] = f"{FAST_COMPILE_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()
 
