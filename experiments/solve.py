@@ -26,6 +26,7 @@ import os
 import platform
 import time
 
+from muzero_jax import provenance
 from muzero_jax.bench.solve import THRESHOLDS, load_average, solve, table
 from muzero_jax.presets import preset
 from muzero_jax.train import solved, train_seeds
@@ -57,9 +58,12 @@ def main(argv: list[str] | None = None) -> None:
         _vmapped(args, seeds, overrides, threshold, out)
         return
     rows = []
+    host = provenance.environment_record()  # times depend on the CPU model, not only its cores
     for seed in seeds:
         row = dict(solve(args.env, seed, max_seconds=args.max_seconds, overrides=overrides),
-                   machine=platform.machine(), cpus=os.cpu_count(), compile_cache=cache)
+                   machine=platform.machine(), cpus=os.cpu_count(), compile_cache=cache,
+                   cpu=host["cpu"], git_commit=host["muzero_jax"]["git_commit"],
+                   git_dirty=host["muzero_jax"]["git_dirty"])
         rows.append(row)
         with open(out, "a") as f:
             f.write(json.dumps(row) + "\n")

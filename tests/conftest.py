@@ -16,13 +16,14 @@ default is 2) and XLA's classic loop emitters instead of its newer MLIR
 fusion emitters. With them the default run took 620 s instead of 800 s
 (2026-12-01, this 2-core machine), with the same tolerances everywhere
 (test_puct's bit-identical parity programs keep the fusion emitters).
-They also keep each program's machine code in one LLVM module: XLA splits it
-to compile the parts on several threads, which a 2-core machine running two
-test workers cannot use. That cut XLA's compile time by ~15 % (test_loss's
-transcription and pseudocode tests, one process: 74-78 s instead of 89-90 s,
-2026-12-07, AMD EPYC family 25 model 1).
 Level 0 would compile faster still, but it changed which moves a search took
-in one test, so it is not used. These flags go first in XLA_FLAGS, so a flag
+in one test, so it is not used. The flags also keep each program's machine
+code in one LLVM module: XLA splits it to compile the parts on several
+threads, and on this 2-core machine the split cost more than the threads
+saved, even in one process. That cut XLA's compile time by ~15 % (test_loss's
+transcription and pseudocode tests, one process: 73-78 s instead of 89-90 s;
+the default run 1,121 s instead of 1,207 s; 2026-12-07, AMD EPYC family 25
+model 1). These flags go first in XLA_FLAGS, so a flag
 of your own overrides them, and the tests' subprocesses inherit them (those
 that fake CPU devices append their device count);
 MUZERO_JAX_TEST_FAST_COMPILE=0 leaves XLA_FLAGS alone.
