@@ -54,16 +54,14 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(os.path.dirname(out), exist_ok=True)
     threshold = THRESHOLDS[args.env]
     seeds = [int(s) for s in args.seeds.split(",")]
+    host = _host(cache)
     if args.vmap_seeds:
-        _vmapped(args, seeds, overrides, threshold, out)
+        _vmapped(args, seeds, overrides, threshold, out, host)
         return
     rows = []
-    host = provenance.environment_record()  # times depend on the CPU model, not only its cores
     for seed in seeds:
         row = dict(solve(args.env, seed, max_seconds=args.max_seconds, overrides=overrides),
-                   machine=platform.machine(), cpus=os.cpu_count(), compile_cache=cache,
-                   cpu=host["cpu"], git_commit=host["muzero_jax"]["git_commit"],
-                   git_dirty=host["muzero_jax"]["git_dirty"])
+                   **host)
         rows.append(row)
         with open(out, "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -86,7 +84,17 @@ def _parse_overrides(items: list[str]) -> dict:
     return overrides
 
 
-def _vmapped(args, seeds: list[int], overrides: dict, threshold: float, out: str) -> None:
+def _host(cache: str | None) -> dict:
+    """What each row records of the machine: times depend on the CPU model,
+    not only on its cores, and the steps on the code."""
+    record = provenance.environment_record()
+    return {"machine": platform.machine(), "cpus": os.cpu_count(), "compile_cache": cache,
+            "cpu": record["cpu"], "git_commit": record["muzero_jax"]["git_commit"],
+            "git_dirty": record["muzero_jax"]["git_dirty"]}
+
+
+def _vmapped(args, seeds: list[int], overrides: dict, threshold: float, out: str,
+             host: dict) -> None:
     """All seeds in one program: env steps and updates to the criterion, per seed."""
     if seeds != list(range(seeds[0], seeds[0] + len(seeds))):
         raise SystemExit("--vmap-seeds needs consecutive seeds, e.g. --seeds 0,1,2,3,4")
@@ -107,7 +115,7 @@ def _vmapped(args, seeds: list[int], overrides: dict, threshold: float, out: str
             "evals": [round(e, 3) for e in evals],
             "env_steps": history[-1]["env_steps"], "wall_s": history[-1]["wall_s"],
             "load_before": load_before, "load_after": load_average(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), **host,
         }
         with open(out, "a") as f:
             f.write(json.dumps(row) + "\n")
