@@ -248,17 +248,14 @@ def default_compiler_options() -> dict[str, Any]:
     20.5 s of CPU time for the Catch preset on a 2-core machine) with no
     measurable change in its run time (the learner's matrix products run in
     library kernels either way). Level 0 would halve compile time but makes an
-    iteration 2-3x slower. (It once seemed to change a search's result: PUCT
-    over Connect Four itself with an untrained network put 58 of 64 visits on
-    a winning move at levels 1 and 2 and 26 at level 0;
-    benchmarks/results/xla_cpu_level0_search_20261201.log. The cause was the
-    network's value, a rounding residue of +-8.7e-5 whose sign followed the
-    order XLA summed in, magnified by the search's min-max normalisation of
-    Q-values. `value_transforms` now computes that value exactly, 0, and all
-    three levels give the same search: ..._20261207.log.) Other backends
+    iteration 2-3x slower, and with jax 0.10.2 on CPU it changed a search's
+    result: PUCT over Connect Four itself, from a position with a winning move,
+    put 58 of 64 visits on the win at levels 1 and 2 and 26 at level 0 (same
+    inputs, same rewards at the root's children;
+    benchmarks/results/xla_cpu_level0_search_20261201.log). Other backends
     keep XLA's defaults, and so does a process whose XLA_FLAGS choose a level
     themselves (`--xla_backend_optimization_level=N`): that choice then holds
-    for these programs as for every other one (the test suite sets 1 for all
+    for these programs as for every other one (the test suite's set 1 for all
     of its programs).
     """
     if "--xla_backend_optimization_level" in os.environ.get("XLA_FLAGS", ""):

@@ -5,27 +5,6 @@ integer support after squashing them with h(x) = sign(x)(sqrt(|x| + 1) - 1) + ep
 (Schrittwieser et al., 2020, Appendix F; Pohlen et al., 2018). This module is a
 thin, validated layer over rlax's `muzero_pair`, which composes
 `signed_hyperbolic` with a 2-hot projection.
-
-Two things are computed here instead of by rlax, for float32 accuracy near 0:
-
-- The inverse h^-1 (`h_inverse`). rlax's `signed_parabolic` evaluates
-  ((sqrt(1 + 4 eps (|x| + 1 + eps)) - 1) / (2 eps))^2 - 1, whose two
-  subtractions cancel near 0: in float32 it is off by up to 3e-4 for
-  |x| <= 1 (1e-4 relative for 1 < |x| < 10) and has the wrong sign for |x|
-  below ~1e-5 (h^-1(1e-9) came out as -6.1e-5; the exact value is 2.0e-9;
-  benchmarks/results/h_inverse_float32_20261207.log). Written as
-  sign(x) r (r + 2) = 2x (r + 2) / d, with d = sqrt(1 + 4 eps (|x| + 1 + eps))
-  + 1 + 2 eps and r = 2|x| / d, the same function has no cancellation, is
-  accurate to float32's relative precision (within 4e-7 there) and is smooth
-  through 0.
-- The expected value of a categorical distribution (`probs_to_scalar`) sums
-  k (p_k - p_-k) over the bins k = 1..S. For a distribution symmetric about 0,
-  such as an untrained network's uniform one (its output layers start at
-  zero), that is exactly 0, whatever order the compiler adds in; rlax's
-  sum over all bins leaves a rounding residue whose sign depends on the
-  compiler. Together: an untrained network's value is exactly 0, so searches
-  with it (whose min-max normalisation of Q-values magnifies any difference)
-  break ties the same way on every backend and optimisation level.
 """
 
 from __future__ import annotations
@@ -47,17 +26,8 @@ def h_transform(x: chex.Array, eps: float = 1e-3) -> chex.Array:
 
 
 def h_inverse(x: chex.Array, eps: float = 1e-3) -> chex.Array:
-    """The inverse of `h_transform`, free of cancellation near 0.
-
-    Equal to rlax's `signed_parabolic` in exact arithmetic; see the module
-    docstring for why it is computed as 2x (r + 2) / d instead.
-    """
-    x = jnp.asarray(x)
-    ax = jnp.abs(x)
-    d = jnp.sqrt(1.0 + 4.0 * eps * (ax + 1.0 + eps)) + 1.0 + 2.0 * eps
-    # sign(x) r (r + 2) with r = 2|x| / d, written without sign() so that its
-    # gradient at 0 is the derivative there, 2 / (1 + 2 eps), not 0.
-    return (2.0 * x / d) * (2.0 * ax / d + 2.0)
+    """The exact inverse of `h_transform`."""
+    return rlax.signed_parabolic(x, eps)
 
 
 def _h_float(x: float, eps: float) -> float:
@@ -114,9 +84,12 @@ class DiscreteSupport:
         return _h_inverse_float(float(self.support_size), self.eps)
 
     def _pair(self) -> rlax.TxPair:
-        tx = rlax.IDENTITY_PAIR
-        if self.use_transform:
-            tx = rlax.TxPair(lambda v: h_transform(v, self.eps), lambda v: h_inverse(v, self.eps))
+        tx = rlax.SIGNED_HYPERBOLIC_PAIR if self.use_transform else rlax.IDENTITY_PAIR
+        if self.use_transform and self.eps != 1e-3:
+            tx = rlax.TxPair(
+                lambda v: rlax.signed_hyperbolic(v, self.eps),
+                lambda v: rlax.signed_parabolic(v, self.eps),
+            )
         return rlax.muzero_pair(
             -float(self.support_size), float(self.support_size), self.num_bins, tx
         )
@@ -128,13 +101,7 @@ class DiscreteSupport:
     def probs_to_scalar(self, probs: chex.Array) -> chex.Array:
         """Expected scalar `[...]` of probabilities `[..., num_bins]`."""
         chex.assert_axis_dimension(probs, -1, self.num_bins)
-        s = self.support_size
-        probs = jnp.asarray(probs, jnp.promote_types(probs.dtype, jnp.float32))  # bf16 -> f32
-        above = probs[..., s + 1:]  # the bins 1..S
-        below = probs[..., s - 1::-1]  # the bins -1..-S
-        k = jnp.arange(1, s + 1, dtype=probs.dtype)
-        x = jnp.sum(k * (above - below), axis=-1)  # sum_k k (p_k - p_-k): exact 0 if symmetric
-        return h_inverse(x, self.eps) if self.use_transform else x
+        return self._pair().apply_inv(probs)
 
     def logits_to_scalar(self, logits: chex.Array) -> chex.Array:
         """Expected scalar `[...]` of logits `[..., num_bins]`."""

@@ -150,10 +150,10 @@ def test_training_reanalyses_stored_rows_with_the_latest_params():
     trainer = make_train(config)
     state = trainer.init(jax.random.key(config.seed))
     # Random weights everywhere (the initialisation zeroes the output layers):
-    # an untrained network's values are exactly 0 and its searches' policies
-    # uniform, so the targets of this early (reward-free) stretch of Catch
-    # would be what it already predicts, and the learning step would leave
-    # the searches as they were.
+    # an untrained network's values are 0 and its searches' policies uniform
+    # up to rounding, so the targets of this early (reward-free) stretch of
+    # Catch would be what it already predicts, and the learning step would
+    # change the searches only through rounding.
     leaves, treedef = jax.tree.flatten(state.params)
     params = jax.tree.unflatten(treedef, [
         0.3 * jax.random.normal(k, x.shape, x.dtype)
