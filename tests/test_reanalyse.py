@@ -154,11 +154,17 @@ def test_training_reanalyses_stored_rows_with_the_latest_params():
     # up to rounding, so the targets of this early (reward-free) stretch of
     # Catch would be what it already predicts, and the learning step would
     # change the searches only through rounding.
-    leaves, treedef = jax.tree.flatten(state.params)
-    params = jax.tree.unflatten(treedef, [
-        0.3 * jax.random.normal(k, x.shape, x.dtype)
-        for k, x in zip(jax.random.split(jax.random.key(4), len(leaves)), leaves)])
-    state = state._replace(params=params, target_params=jax.tree.map(jnp.copy, params))
+    @jax.jit  # one program: op by op, every leaf's shape would compile its own
+    def random_weights(params, key):
+        leaves, treedef = jax.tree.flatten(params)
+        return jax.tree.unflatten(treedef, [
+            0.3 * jax.random.normal(k, x.shape, x.dtype)
+            for k, x in zip(jax.random.split(key, len(leaves)), leaves)])
+
+    shardings = jax.tree.map(lambda x: x.sharding, state.params)  # as init placed them
+    params, target = (jax.device_put(random_weights(state.params, jax.random.key(4)), shardings)
+                      for _ in range(2))
+    state = state._replace(params=params, target_params=target)
     state, metrics = trainer.iteration(state)
     assert bool(metrics.learned)
     acted = jax.device_get(state.replay.data)  # rows 0..3, acted on with the initial params
