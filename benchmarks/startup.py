@@ -6,6 +6,7 @@ process, with the persistent compilation cache off (cold) or on:
 
     python benchmarks/startup.py --env catch                      # cold
     python benchmarks/startup.py --env catch --cache /tmp/xla     # run twice: cold, then warm
+    python benchmarks/startup.py --env catch --set '{"num_envs": 8}'   # a preset with overrides
 
 Prints a table and, with --json FILE, writes the rows with the machine, load
 and JAX version.
@@ -31,8 +32,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="persistent compilation cache directory, or 'none'")
     parser.add_argument("--iterations", type=int, default=5,
                         help="iterations timed after the first")
+    parser.add_argument("--set", default="{}", help="JSON object of config overrides")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    try:
+        overrides = json.loads(args.set)
+    except json.JSONDecodeError:
+        overrides = None
+    if not isinstance(overrides, dict):
+        parser.error(f"--set must be a JSON object, got {args.set!r}")
 
     from muzero_jax import compile_cache
     from muzero_jax.learning import make_train
@@ -50,7 +58,10 @@ def main(argv: list[str] | None = None) -> None:
 
     stage("import jax + muzero_jax")
     load_before = os.getloadavg()
-    config = preset(args.env)
+    try:
+        config = preset(args.env, **overrides)
+    except (TypeError, ValueError) as e:
+        parser.error(str(e))
     trainer = make_train(config)
     stage("make_train")
     state = trainer.init(jax.random.key(config.seed))
@@ -58,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     stage("init (jitted: compile + run)")
     lowered = trainer.iteration.lower(state)
     stage("trace + lower iteration")
+    hlo_lines = lowered.as_text().count("\n")
     compiled = lowered.compile()
     stage("compile iteration (XLA)")
     state, metrics = compiled(state)
@@ -71,13 +83,16 @@ def main(argv: list[str] | None = None) -> None:
     stage("trace + lower evaluate")
     lowered_eval.compile()
     stage("compile evaluate (XLA; a background thread in train())")
-    print(f"{args.env}, cache: {cache or 'off'}, load {load_before[0]:.2f}")
+    print(f"{args.env} {args.set}, cache: {cache or 'off'}, load {load_before[0]:.2f}, "
+          f"iteration: {hlo_lines} StableHLO lines")
     print("| stage | wall s | CPU s |\n|---|---|---|")
     for r in rows:
         print(f"| {r['stage']} | {r['wall_s']} | {r['cpu_s']} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"env": args.env, "cache": cache, "rows": rows,
+            json.dump({"env": args.env, "overrides": overrides, "cache": cache, "rows": rows,
+                       "iteration_stablehlo_lines": hlo_lines,
+                       "xla_flags": os.environ.get("XLA_FLAGS", ""),
                        "load_before": load_before, "load_after": os.getloadavg(),
                        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                        "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
