@@ -63,7 +63,7 @@ def _on_event(event: str, **kwargs: Any) -> None:
 
 def pytest_configure(config) -> None:
     if os.environ.get(OUT_DIR_ENV):
-        from jax._src import monitoring  # JAX's event hooks; no public alias
+        from jax import monitoring
 
         monitoring.register_event_duration_secs_listener(_on_duration)
         monitoring.register_event_listener(_on_event)
