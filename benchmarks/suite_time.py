@@ -149,8 +149,8 @@ def _print(report: dict[str, Any], wall_s: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    pytest_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[:argv.index("--")] if "--" in argv else argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    own, pytest_args = argv[:cut], argv[cut + 1:]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="also write the report here")
     parser.add_argument("--top", type=int, default=20, help="how many tests and programs to list")
