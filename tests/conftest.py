@@ -31,7 +31,8 @@ instead of 400 s (2026-12-08, model 1; the commands are in
 docs/development.md). They suit the tests' tiny programs only: the Connect
 Four preset's iterations ran 8-17 % slower with them, so the product keeps
 XLA's defaults. These flags go first in XLA_FLAGS, so a flag
-of your own overrides them, and the tests' subprocesses inherit them (those
+of your own overrides them (backend options of your own are added to these
+two: XLA merges them), and the tests' subprocesses inherit them (those
 that fake CPU devices append their device count);
 MUZERO_JAX_TEST_FAST_COMPILE=0 leaves XLA_FLAGS alone.
 """
